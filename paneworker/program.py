@@ -1,0 +1,105 @@
+"""The program on the pane's PTY: spawn it, read its output, queue input to it.
+
+The program runs in its own session (ptyprocess forks with ``setsid``), so its pid
+is also its session id and process-group id. The master fd is non-blocking: input
+is queued and written when the PTY can take it, so a program that stops reading
+never blocks the worker's loop.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import struct
+import termios
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ptyprocess import PtyProcess
+
+READ_CHUNK = 65536
+
+
+@dataclass
+class _Pending:
+    data: bytes
+    done: Callable[[], None] | None
+
+
+class Program:
+    """One spawned program and its PTY master."""
+
+    def __init__(self, argv: list[str], cwd: str, env: dict[str, str], cols: int, rows: int):
+        """Spawn ``argv``; raises OSError (e.g. FileNotFoundError) if exec fails."""
+        self._proc = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols))
+        # Ours to reap and close: stop ptyprocess from waiting or sleeping on its own.
+        self._proc.delayafterclose = 0
+        self._proc.delayafterterminate = 0
+        self.pid: int = self._proc.pid
+        self.fd: int = self._proc.fd
+        os.set_blocking(self.fd, False)
+        self._queue: deque[_Pending] = deque()
+        self.eof = False
+
+    def read(self) -> bytes:
+        """Read what is available; b"" when nothing is, sets ``eof`` on EIO/EOF."""
+        try:
+            data = os.read(self.fd, READ_CHUNK)
+        except BlockingIOError:
+            return b""
+        except OSError as exc:
+            if exc.errno != errno.EIO:
+                raise
+            self.eof = True
+            return b""
+        if not data:
+            self.eof = True
+        return data
+
+    def queue_input(self, data: bytes, done: Callable[[], None] | None = None) -> None:
+        """Queue ``data`` for the PTY; ``done`` runs once all of it was written."""
+        self._queue.append(_Pending(data, done))
+
+    @property
+    def wants_write(self) -> bool:
+        """True while queued input waits for the PTY."""
+        return bool(self._queue)
+
+    def flush(self) -> None:
+        """Write as much queued input as the PTY takes now."""
+        while self._queue:
+            head = self._queue[0]
+            if head.data:
+                try:
+                    written = os.write(self.fd, head.data)
+                except BlockingIOError:
+                    return
+                except OSError as exc:
+                    if exc.errno not in (errno.EIO, errno.EBADF):
+                        raise
+                    # The program is gone: drop input nobody will read.
+                    self._queue.clear()
+                    return
+                head.data = head.data[written:]
+                if head.data:
+                    return
+            self._queue.popleft()
+            if head.done is not None:
+                head.done()
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Set the PTY window size (the kernel sends SIGWINCH to the foreground group)."""
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    def mark_reaped(self) -> None:
+        """Tell ptyprocess the child is reaped so it never waits on it again."""
+        self._proc.terminated = True
+
+    def close(self) -> None:
+        """Close the master fd (idempotent)."""
+        self._queue.clear()
+        self._proc.terminated = True
+        if not self._proc.closed:
+            self._proc.close(force=True)

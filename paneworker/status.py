@@ -1,0 +1,137 @@
+"""The pane's status machine: lifecycle, agent state, blocked kind, turn and seq.
+
+Pure and dependency-free. Inputs are the agent state a source decided (an OSC 7501
+root record or a screen rule), lifecycle changes and the facts that a dialog was
+denied or the turn interrupted. Rules (design §4):
+- ``seq`` +1 on every recorded change of (state, kind, lifecycle); never decreases.
+- ``turn`` +1 when the pane goes ``working`` outside a turn; ``blocked`` -> ``working``
+  stays in the same turn.
+- An ``idle`` that ends a turn is reported as ``done`` (agents such as OpenCode and
+  Claude never report ``done``), or ``cancelled`` when the turn was denied at a dialog
+  or interrupted.
+"""
+
+from __future__ import annotations
+
+from protocol.messages import (
+    AgentState,
+    BlockedKind,
+    Lifecycle,
+    PaneStatusFields,
+    StatusSource,
+)
+
+# States a program may report, mapped to the pane's agent state.
+REPORTED_STATES: frozenset[str] = frozenset(
+    {"idle", "working", "done", "blocked", "error", "clear", "unknown"}
+)
+SETTLED_STATES: frozenset[str] = frozenset({"idle", "done", "blocked", "error", "cancelled"})
+_TURN_ENDING: frozenset[str] = frozenset({"done", "error", "cancelled"})
+
+
+class StatusMachine:
+    """Derives the pane status from reported agent states; see the module docstring."""
+
+    def __init__(self, *, seq: int = 0, turn: int = 0) -> None:
+        self.lifecycle: Lifecycle = "starting"
+        self.state: AgentState = "unknown"
+        self.kind: BlockedKind | None = None
+        self.turn = turn
+        self.seq = seq
+        self.source: StatusSource = "none"
+        self.exit_code: int | None = None
+        self._in_turn = False
+        self._turn_cancelled = False
+
+    def snapshot(self) -> PaneStatusFields:
+        """The current record, as sent to the supervisor."""
+        return PaneStatusFields(
+            lifecycle=self.lifecycle,
+            state=self.state,
+            kind=self.kind,
+            turn=self.turn,
+            seq=self.seq,
+            source=self.source,
+            exit_code=self.exit_code,
+        )
+
+    @property
+    def settled(self) -> bool:
+        """True when a client waiting for the turn may act (design §4 'Settled')."""
+        return self.lifecycle in ("exited", "lost") or self.state in SETTLED_STATES
+
+    def set_lifecycle(self, lifecycle: Lifecycle, exit_code: int | None = None) -> bool:
+        """Record a lifecycle change; returns True when it changed the record."""
+        if lifecycle == self.lifecycle and exit_code == self.exit_code:
+            return False
+        self.lifecycle = lifecycle
+        self.exit_code = exit_code
+        if lifecycle in ("exited", "lost") and self.state in ("working", "blocked"):
+            # A dead program is neither working nor waiting on a dialog any more.
+            self.state, self.kind = "unknown", None
+            self._in_turn = False
+        self.seq += 1
+        return True
+
+    def note_cancel(self) -> None:
+        """The current turn was denied at a dialog or interrupted by the client."""
+        if self._in_turn or self.state == "blocked":
+            self._turn_cancelled = True
+
+    def apply(self, reported: str, kind: str | None, source: StatusSource) -> bool:
+        """Apply a state decided by ``source``; returns True when the record changed."""
+        if reported not in REPORTED_STATES:
+            return False
+        self.source = source
+        new_kind: BlockedKind | None = None
+        new_state: AgentState
+        if reported == "clear":
+            # The program withdrew its report; the turn (if any) is still open so
+            # that an OpenCode-style ``clear`` then ``idle`` still ends it as done.
+            new_state = "unknown"
+        elif reported == "working":
+            new_state = "working"
+            if not self._in_turn:
+                # (start) | IDLE | DONE | CANCELLED | ERROR -> WORKING: a new turn
+                self.turn += 1
+                self._in_turn = True
+                self._turn_cancelled = False
+        elif reported == "blocked":
+            new_state = "blocked"
+            new_kind = _blocked_kind(kind)
+        elif reported == "idle":
+            if self._in_turn or self._turn_cancelled:
+                # WORKING/BLOCKED -> IDLE ends the turn: done, or cancelled after a deny.
+                new_state = "cancelled" if self._turn_cancelled else "done"
+            elif self.state in ("done", "cancelled"):
+                # An idle repeated after a finished turn says nothing new.
+                new_state = self.state
+            else:
+                new_state = "idle"
+        else:
+            new_state = _agent_state(reported)
+        if new_state in _TURN_ENDING or (new_state == "idle" and not self._in_turn):
+            self._in_turn = False
+            self._turn_cancelled = False
+        if new_state == self.state and new_kind == self.kind:
+            return False
+        self.state, self.kind = new_state, new_kind
+        self.seq += 1
+        return True
+
+
+def _blocked_kind(kind: str | None) -> BlockedKind:
+    if kind == "question":
+        return "question"
+    if kind == "auth":
+        return "auth"
+    # A blocked report without a recognised kind is treated as the most guarded kind.
+    return "permission"
+
+
+def _agent_state(reported: str) -> AgentState:
+    if reported == "done":
+        return "done"
+    if reported == "error":
+        return "error"
+    return "unknown"

@@ -1,0 +1,424 @@
+"""The pane's screen model: a ``pyte.Screen`` made faithful enough for real coding CLIs.
+
+:class:`PaneScreen` adds what stock pyte 0.8.2 lacks or gets wrong on streams from
+Claude Code, Codex, Gemini, OpenCode and friends (see ``shared/agents.md``): an
+alternate screen (``?47``/``?1047``/``?1049``) without scrollback, main-screen
+scrollback that never slows ordinary events (pyte's ``HistoryScreen`` wraps every
+attribute access), a ``draw`` that keeps the text after zero-width characters and is
+quick on ASCII runs, colon-form SGR, SU/SD/REP/CHT/CBT, DECSTR, a single-slot
+DECSC like xterm, and a resize that keeps the cursor row on screen.
+
+The escape-sequence parser lives in :mod:`paneworker.terminal`; this module only
+changes the model.
+"""
+
+from __future__ import annotations
+
+import copy
+import unicodedata
+from collections import defaultdict, deque
+from collections.abc import Sequence
+from typing import Any
+
+import pyte
+from pyte import graphics as g
+from pyte import modes as mo
+from pyte.charsets import LAT1_MAP
+from pyte.screens import Char, Cursor, Margins, StaticDefaultDict, wcwidth
+
+Line = StaticDefaultDict[int, Char]
+Buffer = dict[int, Line]
+
+_new_char = tuple.__new__
+# Marks that sit on the previous glyph; other zero-width characters (ZWJ,
+# variation selectors, other format characters) have no glyph and are dropped.
+_MARK_CATEGORIES = frozenset({"Mn", "Me", "Mc"})
+_MAX_REPEAT = 1 << 16
+_MAX_GLYPHS = 512
+_MAX_ATTR_SETS = 256
+
+
+class _Glyphs(dict[str, Char]):
+    """Interned cells for one set of attributes: drawing a character is a dict lookup."""
+
+    def __init__(self, rest: tuple[Any, ...]) -> None:
+        super().__init__()
+        self.rest = rest
+
+    def __missing__(self, char: str) -> Char:
+        cell: Char = _new_char(Char, (char, *self.rest))
+        if len(self) < _MAX_GLYPHS:
+            self[char] = cell
+        return cell
+
+
+def _is_variation_selector(char: str) -> bool:
+    code = ord(char)
+    return 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF
+
+
+def _extended_colour(sub: Sequence[int | None]) -> str | None:
+    """Colour from the parameters after 38/48: ``5;N`` or ``2;[cs;]r;g;b``."""
+    if not sub:
+        return None
+    kind = sub[0]
+    if kind == 5 and len(sub) >= 2:
+        index = sub[1]
+        return g.FG_BG_256[index] if index is not None and 0 <= index <= 255 else None
+    if kind == 2 and len(sub) >= 4:
+        rgb = sub[2:5] if len(sub) >= 5 else sub[1:4]
+        return "".join(f"{min(v or 0, 255):02x}" for v in rgb)
+    return None
+
+
+class PaneScreen(pyte.Screen):
+    """A pyte screen with an alternate buffer, bounded scrollback and xterm fixes."""
+
+    def __init__(self, columns: int, lines: int, history_limit: int) -> None:
+        # Set before pyte's constructor: it calls reset(), which we override.
+        self.history: deque[Line] = deque(maxlen=history_limit)
+        self.alternate_active = False
+        self.last_char: str | None = None
+        self._alt_saved_cursor: Cursor | None = None
+        self._other_buffer: Buffer = {}
+        self._glyph_sets: dict[tuple[Any, ...], _Glyphs] = {}
+        super().__init__(columns, lines)
+        self._other_buffer = self._new_buffer()
+
+    def _new_buffer(self) -> Buffer:
+        return defaultdict(lambda: StaticDefaultDict[int, Char](self.default_char))
+
+    def reset(self) -> None:
+        """RIS: also leave the alternate screen and forget scrollback and saved cursors."""
+        super().reset()
+        self.history.clear()
+        self.alternate_active = False
+        self._alt_saved_cursor = None
+        self._other_buffer = self._new_buffer()
+        self.savepoints.clear()
+        self.last_char = None
+
+    def soft_reset(self) -> None:
+        """DECSTR: modes and attributes to defaults, text kept."""
+        self.mode.difference_update({mo.IRM, mo.DECOM})
+        self.mode.update({mo.DECAWM, mo.DECTCEM})
+        self.cursor.hidden = False
+        self.cursor.attrs = self.default_char
+        self.margins = None
+        self.charset = 0
+        self.g0_charset = LAT1_MAP
+        self.savepoints.clear()
+
+    # -- text ---------------------------------------------------------------
+
+    def draw(self, data: str) -> None:
+        """Write text at the cursor; zero-width characters never cut the run short."""
+        if not data:
+            return
+        charset = self.g1_charset if self.charset else self.g0_charset
+        if charset is not LAT1_MAP:
+            data = data.translate(charset)
+        if data.isascii() and mo.IRM not in self.mode:
+            self._draw_ascii(data)
+        else:
+            self._draw_any(data)
+        self.dirty.add(self.cursor.y)
+
+    def _glyphs(self) -> _Glyphs:
+        rest = tuple(self.cursor.attrs)[1:]
+        glyphs = self._glyph_sets.get(rest)
+        if glyphs is None:
+            if len(self._glyph_sets) >= _MAX_ATTR_SETS:
+                self._glyph_sets.clear()
+            glyphs = self._glyph_sets[rest] = _Glyphs(rest)
+        return glyphs
+
+    def _wrap(self) -> None:
+        self.dirty.add(self.cursor.y)
+        self.carriage_return()
+        self.linefeed()
+
+    def _draw_ascii(self, data: str) -> None:
+        # Every character is one cell wide: write whole slices up to the margin.
+        cursor = self.cursor
+        columns = self.columns
+        glyphs = self._glyphs()
+        autowrap = mo.DECAWM in self.mode
+        pos, end = 0, len(data)
+        while pos < end:
+            if cursor.x >= columns:
+                if not autowrap:
+                    # Without autowrap each further character overwrites the last column.
+                    self.buffer[cursor.y][columns - 1] = glyphs[data[-1]]
+                    cursor.x = columns
+                    break
+                self._wrap()
+            x = cursor.x
+            take = min(columns - x, end - pos)
+            self.buffer[cursor.y].update(
+                zip(
+                    range(x, x + take), map(glyphs.__getitem__, data[pos : pos + take]), strict=True
+                )
+            )
+            cursor.x = x + take
+            pos += take
+        self.last_char = data[-1]
+
+    def _draw_any(self, data: str) -> None:
+        cursor = self.cursor
+        columns = self.columns
+        autowrap = mo.DECAWM in self.mode
+        insert = mo.IRM in self.mode
+        glyphs = self._glyphs()
+        for char in data:
+            width = wcwidth(char)
+            if width <= 0:
+                if (
+                    width == 0
+                    and unicodedata.category(char) in _MARK_CATEGORIES
+                    and not _is_variation_selector(char)
+                ):
+                    self._combine(char)
+                continue
+            if cursor.x >= columns or (width == 2 and 0 < cursor.x == columns - 1):
+                if autowrap:
+                    self._wrap()
+                else:
+                    cursor.x = max(columns - width, 0)
+            if insert:
+                self.insert_characters(width)
+            line = self.buffer[cursor.y]
+            line[cursor.x] = glyphs[char]
+            if width == 2 and cursor.x + 1 < columns:
+                line[cursor.x + 1] = glyphs[""]
+            cursor.x = min(cursor.x + width, columns)
+            self.last_char = char
+
+    def _combine(self, mark: str) -> None:
+        x, y = self.cursor.x, self.cursor.y
+        if x > 0:
+            line, px = self.buffer[y], min(x, self.columns) - 1
+        elif y > 0:
+            line, px = self.buffer[y - 1], self.columns - 1
+        else:
+            return
+        if px > 0 and line[px].data == "":
+            px -= 1  # the stub half of a wide character
+        last = line[px]
+        line[px] = last._replace(data=unicodedata.normalize("NFC", last.data + mark))
+        self.dirty.add(y)
+
+    def repeat_last(self, count: int) -> None:
+        """REP: draw the last graphic character ``count`` more times."""
+        if self.last_char is not None:
+            self.draw(self.last_char * min(max(count, 1), _MAX_REPEAT))
+
+    # -- scrolling and history ---------------------------------------------
+
+    def index(self) -> None:
+        """Scroll the main screen's top line into history (alternate screen keeps none)."""
+        top, bottom = self.margins or Margins(0, self.lines - 1)
+        if self.cursor.y == bottom and top == 0 and not self.alternate_active:
+            self.history.append(self.buffer[top])
+        super().index()
+
+    def scroll_up(self, count: int) -> None:
+        """SU: scroll the region up without moving the cursor."""
+        top, bottom = self.margins or Margins(0, self.lines - 1)
+        saved_y = self.cursor.y
+        self.cursor.y = bottom
+        for _ in range(min(max(count, 1), bottom - top + 1)):
+            self.index()
+        self.cursor.y = saved_y
+
+    def scroll_down(self, count: int) -> None:
+        """SD: scroll the region down without moving the cursor."""
+        top, bottom = self.margins or Margins(0, self.lines - 1)
+        saved_y = self.cursor.y
+        self.cursor.y = top
+        for _ in range(min(max(count, 1), bottom - top + 1)):
+            self.reverse_index()
+        self.cursor.y = saved_y
+
+    def erase_in_display(self, how: int = 0, *args: object, **kwargs: object) -> None:
+        """ED; ``3`` erases scrollback only, as in xterm."""
+        if how == 3:
+            self.history.clear()
+        elif how in (0, 1, 2):
+            super().erase_in_display(how)
+
+    def erase_in_line(self, how: int = 0, private: bool = False) -> None:
+        """EL; unknown parameters are ignored instead of failing."""
+        if how in (0, 1, 2):
+            super().erase_in_line(how)
+
+    # -- tabs -----------------------------------------------------------------
+
+    def tab_forward(self, count: int) -> None:
+        """CHT."""
+        for _ in range(min(max(count, 1), self.columns)):
+            self.tab()
+
+    def tab_back(self, count: int) -> None:
+        """CBT."""
+        for _ in range(min(max(count, 1), self.columns)):
+            self.cursor.x = max((s for s in self.tabstops if s < self.cursor.x), default=0)
+
+    # -- cursor save/restore --------------------------------------------------
+
+    def save_cursor(self) -> None:
+        """DECSC into a single slot, as xterm has (pyte's stack grows without bound)."""
+        super().save_cursor()
+        del self.savepoints[:-1]
+
+    def restore_cursor(self) -> None:
+        """DECRC; the slot is kept, so a second DECRC restores the same position."""
+        if not self.savepoints:
+            super().restore_cursor()
+            return
+        point = self.savepoints[-1]
+        self.g0_charset, self.g1_charset = point.g0_charset, point.g1_charset
+        self.charset = point.charset
+        for flag, mode in ((point.origin, mo.DECOM), (point.wrap, mo.DECAWM)):
+            if flag:
+                self.mode.add(mode)
+            else:
+                self.mode.discard(mode)
+        hidden = self.cursor.hidden
+        self.cursor = copy.copy(point.cursor)
+        self.cursor.hidden = hidden
+        self.ensure_hbounds()
+        self.ensure_vbounds()
+
+    # -- alternate screen -----------------------------------------------------
+
+    def enter_alternate(self, *, clear: bool, save_cursor: bool) -> None:
+        """Show the alternate buffer (``?47``, ``?1047``, ``?1049``)."""
+        if self.alternate_active:
+            return
+        if save_cursor:
+            self._alt_saved_cursor = copy.copy(self.cursor)
+        self.buffer, self._other_buffer = self._other_buffer, self.buffer
+        self.alternate_active = True
+        if clear:
+            self.buffer.clear()
+        self.dirty.update(range(self.lines))
+
+    def leave_alternate(self, *, clear: bool, restore_cursor: bool) -> None:
+        """Show the main buffer again, exactly as it was left."""
+        if not self.alternate_active:
+            return
+        if clear:
+            self.buffer.clear()
+        self.buffer, self._other_buffer = self._other_buffer, self.buffer
+        self.alternate_active = False
+        if restore_cursor and self._alt_saved_cursor is not None:
+            hidden = self.cursor.hidden
+            self.cursor = self._alt_saved_cursor
+            self.cursor.hidden = hidden
+            self._alt_saved_cursor = None
+            self.ensure_hbounds()
+            self.ensure_vbounds()
+        self.dirty.update(range(self.lines))
+
+    # -- resize ---------------------------------------------------------------
+
+    def _shrink_rows(self, buffer: Buffer, shift: int, lines: int, to_history: bool) -> Buffer:
+        """Drop ``shift`` rows off the top (into history if asked) and rows past ``lines``."""
+        if to_history:
+            for y in range(shift):
+                self.history.append(buffer.get(y) or StaticDefaultDict(self.default_char))
+        kept = self._new_buffer()
+        for y, line in buffer.items():
+            if shift <= y < shift + lines:
+                kept[y - shift] = line
+        return kept
+
+    def resize(self, lines: int | None = None, columns: int | None = None) -> None:
+        """Resize both buffers, keeping the cursor row visible; no reflow."""
+        lines = lines or self.lines
+        columns = columns or self.columns
+        if lines == self.lines and columns == self.columns:
+            return
+        if lines < self.lines:
+            shift = max(0, self.cursor.y - (lines - 1))
+            self.buffer = self._shrink_rows(
+                self.buffer, shift, lines, to_history=not self.alternate_active
+            )
+            self.cursor.y -= shift
+            if self.alternate_active:
+                saved = self._alt_saved_cursor
+                main_shift = max(0, saved.y - (lines - 1)) if saved is not None else 0
+                self._other_buffer = self._shrink_rows(
+                    self._other_buffer, main_shift, lines, to_history=True
+                )
+                if saved is not None:
+                    saved.y -= main_shift
+            else:
+                self._other_buffer = self._shrink_rows(self._other_buffer, 0, lines, False)
+        if columns < self.columns:
+            for buffer in (self.buffer, self._other_buffer):
+                for line in buffer.values():
+                    for x in [x for x in line if x >= columns]:
+                        del line[x]
+        old_columns = self.columns
+        self.tabstops = {t for t in self.tabstops if t < columns} | {
+            t for t in range(8, columns, 8) if t >= old_columns
+        }
+        self.lines, self.columns = lines, columns
+        self.margins = None
+        self.ensure_hbounds()
+        self.ensure_vbounds()
+        self.dirty.update(range(lines))
+
+    # -- attributes -----------------------------------------------------------
+
+    def apply_sgr(self, groups: Sequence[Sequence[int | None]]) -> None:
+        """SGR with both ``;`` and ``:`` forms; unknown codes are ignored.
+
+        Each group is one ``;``-separated parameter split on ``:``; an empty
+        parameter is ``None``. Colours are stored the way pyte stores them.
+        """
+        if not groups or (len(groups) == 1 and not groups[0][0]):
+            self.cursor.attrs = self.default_char
+            return
+        replace: dict[str, Any] = {}
+        index, count = 0, len(groups)
+        while index < count:
+            group = groups[index]
+            code = group[0] or 0
+            index += 1
+            if len(group) > 1:
+                if code in (g.FG_256, g.BG_256):
+                    colour = _extended_colour(group[1:])
+                    if colour is not None:
+                        replace["fg" if code == g.FG_256 else "bg"] = colour
+                elif code == 4:
+                    replace["underscore"] = bool(group[1])
+                continue
+            if code in (g.FG_256, g.BG_256, 58):
+                # ``38;5;N`` / ``38;2;r;g;b``: the colour takes the next parameters.
+                kind = groups[index][0] if index < count else None
+                width = 2 if kind == 5 else 4 if kind == 2 else 1
+                sub = [grp[0] for grp in groups[index : index + width]]
+                index += width
+                colour = _extended_colour([sub[0], None, *sub[1:]] if kind == 2 else sub)
+                if colour is not None and code != 58:
+                    replace["fg" if code == g.FG_256 else "bg"] = colour
+            elif code == 0:
+                replace.update(self.default_char._asdict())
+            elif code in g.FG_ANSI:
+                replace["fg"] = g.FG_ANSI[code]
+            elif code in g.BG_ANSI:
+                replace["bg"] = g.BG_ANSI[code]
+            elif code in g.TEXT:
+                name = g.TEXT[code]
+                replace[name[1:]] = name.startswith("+")
+            elif code in g.FG_AIXTERM:
+                replace["fg"] = g.FG_AIXTERM[code]
+            elif code in g.BG_AIXTERM:
+                replace["bg"] = g.BG_AIXTERM[code]
+            elif code == 21:
+                replace["underscore"] = True
+        replace.pop("data", None)
+        self.cursor.attrs = self.cursor.attrs._replace(**replace)

@@ -1,0 +1,269 @@
+"""The pane worker: one process, one program, one single-threaded poll loop.
+
+The loop multiplexes the PTY master, the DEALER link to the supervisor and a
+signal wake-up pipe, and runs timers (heartbeat, descendant scan, orphan grace,
+delayed Enter). Every check-then-act that must be atomic (refuse input to a
+blocked pane, answer a dialog only at the expected turn, close only at the
+expected seq) runs inside one step of this loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+import zmq
+
+from paneworker.link import SupervisorLink
+from paneworker.oscalls import OsCalls
+from paneworker.program import Program
+from paneworker.reaper import Reaper
+from paneworker.requests import RequestHandler
+from paneworker.screenstate import ScreenState
+from protocol import PROTOCOL_VERSION
+from protocol.boot import BootRecord
+from protocol.messages import Descendants, Exited, Heartbeat, Hello, Status
+
+log = logging.getLogger(__name__)
+
+SCAN_INTERVAL_S = 0.25
+
+
+@dataclass
+class Timers:
+    """Monotonic deadlines of the loop's periodic work."""
+
+    heartbeat_at: float = 0.0
+    scan_at: float = 0.0
+    last_rx: float = field(default_factory=time.monotonic)
+    orphan_deadline: float | None = None
+
+
+class PaneWorker:
+    """Owns the pane's program, screen, reaper and supervisor link."""
+
+    def __init__(self, boot: BootRecord) -> None:
+        self.boot = boot
+        self.started_at = time.time()
+        self.reaper = Reaper(OsCalls(), os.getpid())
+        self.reaper.become_subreaper()
+        self.screen = ScreenState(boot, lambda msg: self.link.send(msg))
+        self.program: Program | None = None
+        self.spawn_error: str | None = None
+        try:
+            self.program = Program(boot.argv, boot.cwd, boot.env, boot.cols, boot.rows)
+        except OSError as exc:
+            self.spawn_error = f"{type(exc).__name__}: {exc.strerror or exc}"
+        self.screen.attach(self.program)
+        if self.program is not None:
+            self.screen.status.set_lifecycle("running")
+        else:
+            self.screen.status.set_lifecycle("exited", exit_code=None)
+        self.link = SupervisorLink(boot.endpoint, boot.instance)
+        self.requests = RequestHandler(self)
+        self.timers = Timers()
+        self.running = True
+        self.exit_reported = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._stop_signal: int | None = None
+
+    # ------------------------------------------------------------ messaging
+
+    def hello(self) -> Hello:
+        """The identity frame, re-sent while orphaned so a new supervisor adopts us."""
+        return Hello(
+            protocol_version=PROTOCOL_VERSION,
+            pane=self.boot.pane,
+            instance=self.boot.instance,
+            proof=self.boot.secret,
+            worker_pid=os.getpid(),
+            child_pid=self.program.pid if self.program else None,
+            status=self.screen.status.snapshot(),
+            started_at=self.started_at,
+            spawn_error=self.spawn_error,
+        )
+
+    def push_status(self) -> None:
+        """Send the current status record (called after every recorded change)."""
+        self.link.send(Status(status=self.screen.status.snapshot()))
+
+    # ------------------------------------------------------------ main loop
+
+    def run(self) -> int:
+        """Run until closed, told to stop, or orphaned past the grace."""
+        self._install_signals()
+        self.link.send(self.hello())
+        poller = zmq.Poller()
+        poller.register(self.link.socket, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        pty_mask = 0
+        try:
+            while self.running:
+                want = self._pty_mask()
+                if want != pty_mask and self.program is not None:
+                    if pty_mask:
+                        poller.unregister(self.program.fd)
+                    if want:
+                        poller.register(self.program.fd, want)
+                    pty_mask = want
+                events = dict(poller.poll(self._poll_timeout_ms()))
+                if self._wake_r in events:
+                    self._drain_wake()
+                if self.program is not None and self.program.fd in events:
+                    self._service_pty(events[self.program.fd])
+                if self.link.socket in events:
+                    for msg in self.link.receive_ready():
+                        self.timers.last_rx = time.monotonic()
+                        if self.timers.orphan_deadline is not None:
+                            log.info("supervisor is back", extra={"pane": self.boot.pane})
+                            self.timers.orphan_deadline = None
+                        self.requests.handle(msg)
+                self._reap_children()
+                self._run_timers()
+                self.screen.after_step()
+        finally:
+            self._shutdown()
+        return 0
+
+    def _pty_mask(self) -> int:
+        prog = self.program
+        if prog is None or (prog.eof and not prog.wants_write):
+            return 0
+        mask = 0 if prog.eof else zmq.POLLIN
+        if prog.wants_write:
+            mask |= zmq.POLLOUT
+        return mask
+
+    def _poll_timeout_ms(self) -> int:
+        now = time.monotonic()
+        nxt = min(self.timers.heartbeat_at, self.timers.scan_at, self.requests.next_deadline())
+        return max(0, min(1000, int((nxt - now) * 1000) + 1))
+
+    def _service_pty(self, mask: int) -> None:
+        prog = self.program
+        assert prog is not None
+        if mask & zmq.POLLOUT:
+            prog.flush()
+        if mask & (zmq.POLLIN | zmq.POLLERR):
+            data = prog.read()
+            if data:
+                self.screen.feed(data)
+
+    def _run_timers(self) -> None:
+        now = time.monotonic()
+        t = self.timers
+        if now >= t.scan_at:
+            t.scan_at = now + SCAN_INTERVAL_S
+            if self.reaper.scan():
+                self.link.send(
+                    Descendants(
+                        procs=sorted(self.reaper.recorded),
+                        session_id=self.program.pid if self.program else None,
+                    )
+                )
+        if now >= t.heartbeat_at:
+            t.heartbeat_at = now + self.boot.heartbeat_s
+            self._heartbeat(now)
+        self.requests.run_due(now)
+
+    def _heartbeat(self, now: float) -> None:
+        t = self.timers
+        silent_for = now - t.last_rx
+        if t.orphan_deadline is None and silent_for > self.boot.orphan_after_s:
+            t.orphan_deadline = now + self.boot.orphan_grace_s
+            log.warning(
+                "orphaned: no word from the supervisor for %.1fs; grace %.0fs",
+                silent_for,
+                self.boot.orphan_grace_s,
+                extra={"pane": self.boot.pane},
+            )
+        if t.orphan_deadline is not None:
+            if now >= t.orphan_deadline:
+                log.warning("orphan grace over; closing the pane", extra={"pane": self.boot.pane})
+                self.running = False
+                return
+            # A new supervisor over the same state dir learns who we are from Hello.
+            self.link.send(self.hello())
+        else:
+            self.link.send(Heartbeat(sent_at=time.time()))
+
+    # ------------------------------------------------------------ processes
+
+    def _reap_children(self) -> None:
+        for pid, wait_status in self.reaper.reap():
+            self._note_reaped(pid, wait_status)
+
+    def _note_reaped(self, pid: int, wait_status: int) -> None:
+        prog = self.program
+        if prog is None or pid != prog.pid or self.exit_reported:
+            return
+        prog.mark_reaped()
+        # Whatever the program printed last is still in the PTY buffer.
+        while not prog.eof and (data := prog.read()):
+            self.screen.feed(data)
+        exit_code = os.waitstatus_to_exitcode(wait_status)
+        result = self.reaper.kill_tree(prog.pid, grace_s=self.boot.kill_grace_s)
+        for other_pid, other_status in result.reaped:
+            if other_pid != pid:
+                continue
+            exit_code = os.waitstatus_to_exitcode(other_status)
+        self.exit_reported = True
+        self.screen.program_exited(exit_code)
+        self.link.send(Exited(exit_code=exit_code, killed=result.signalled))
+        log.info(
+            "program exited with %s; killed %d leftovers",
+            exit_code,
+            result.signalled,
+            extra={"pane": self.boot.pane},
+        )
+
+    def kill_everything(self, grace_s: float) -> tuple[int | None, int]:
+        """Kill the program's tree; returns (exit code, processes signalled)."""
+        prog = self.program
+        if prog is None:
+            return None, 0
+        result = self.reaper.kill_tree(prog.pid, grace_s=grace_s)
+        for pid, wait_status in result.reaped:
+            self._note_reaped(pid, wait_status)
+        self._reap_children()
+        return self.screen.status.exit_code, result.signalled
+
+    # ------------------------------------------------------------ signals
+
+    def _install_signals(self) -> None:
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        for sig in (signal.SIGCHLD, signal.SIGWINCH):
+            signal.signal(sig, lambda _s, _f: None)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, self._on_stop_signal)
+
+    def _on_stop_signal(self, signum: int, _frame: object) -> None:
+        # Only record: the loop does the work.
+        self._stop_signal = signum
+        self.running = False
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 512):
+                pass
+        except BlockingIOError:
+            return
+
+    def _shutdown(self) -> None:
+        if self._stop_signal is not None:
+            log.info("stopping on signal %d", self._stop_signal, extra={"pane": self.boot.pane})
+        try:
+            self.kill_everything(self.boot.kill_grace_s)
+        finally:
+            if self.program is not None:
+                self.program.close()
+            # Long enough for a final Closed/Exited frame, bounded if nobody listens.
+            self.link.close(linger_ms=500)
+            signal.set_wakeup_fd(-1)
+            os.close(self._wake_r)
+            os.close(self._wake_w)

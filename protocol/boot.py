@@ -1,0 +1,48 @@
+"""The boot record a supervisor hands a new worker on an inherited pipe.
+
+It carries the per-worker secret and the launch spec, so neither ever appears in
+argv or the environment of any process.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class BootRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Everything a worker needs to start its pane and find its supervisor."""
+
+    protocol_version: int
+    pane: str
+    instance: str
+    secret: bytes
+    endpoint: str
+    agent: str
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    cols: int
+    rows: int
+    heartbeat_s: float = 1.0
+    orphan_after_s: float = 5.0
+    orphan_grace_s: float = 120.0
+    kill_grace_s: float = 2.0
+    history_lines: int = 5000
+
+
+MAX_BOOT_BYTES = 256 * 1024
+
+
+def encode_boot(record: BootRecord) -> bytes:
+    """Encode a boot record (msgpack)."""
+    return msgspec.msgpack.encode(record)
+
+
+def decode_boot(data: bytes) -> BootRecord:
+    """Decode a boot record; raises ValueError on bad input."""
+    if len(data) > MAX_BOOT_BYTES:
+        raise ValueError("boot record too large")
+    try:
+        return msgspec.msgpack.decode(data, type=BootRecord)
+    except msgspec.MsgspecError as exc:
+        raise ValueError(f"bad boot record: {exc}") from exc

@@ -1,0 +1,205 @@
+"""Message types exchanged between the supervisor and a pane worker.
+
+One tagged union per direction: ``ToWorker`` (requests, each with a request id
+``rid``) and ``ToSupervisor`` (replies naming that ``rid``, and pushed events).
+Schema evolution: new fields get defaults; fields are never retyped or reused.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+Lifecycle = Literal["starting", "running", "exited", "lost"]
+AgentState = Literal["unknown", "idle", "working", "blocked", "done", "error", "cancelled"]
+BlockedKind = Literal["permission", "question", "auth"]
+StatusSource = Literal["osc7501", "screen", "none"]
+DialogAnswer = Literal["allow_once", "deny_once"]
+
+
+class _Msg(msgspec.Struct, tag_field="op"):
+    """Base of every frame; the ``op`` tag is the class name in snake case."""
+
+
+class PaneStatusFields(msgspec.Struct, frozen=True):
+    """The status record a worker owns; ``seq`` +1 on every recorded change."""
+
+    lifecycle: Lifecycle
+    state: AgentState
+    kind: BlockedKind | None
+    turn: int
+    seq: int
+    source: StatusSource
+    exit_code: int | None = None
+
+
+# ---------------------------------------------------------------- to worker
+
+
+class Ping(_Msg, tag="ping"):
+    rid: int
+
+
+class Heartbeat(_Msg, tag="heartbeat"):
+    """Liveness beacon; sent by both sides every second."""
+
+    sent_at: float = 0.0
+
+
+class WriteInput(_Msg, tag="write_input"):
+    """Type ``text`` into the pane; refused while blocked or at another turn."""
+
+    rid: int
+    text: str
+    submit: bool = True
+    expect_turn: int | None = None
+
+
+class Interrupt(_Msg, tag="interrupt"):
+    rid: int
+
+
+class ReadScreen(_Msg, tag="read_screen"):
+    rid: int
+    lines: int | None = None
+    scrollback: bool = False
+
+
+class AnswerDialog(_Msg, tag="answer_dialog"):
+    rid: int
+    answer: DialogAnswer
+    expect_turn: int | None = None
+
+
+class WatchOutput(_Msg, tag="watch_output"):
+    """Push ``OutputMatch`` once ``pattern`` shows on a screen line."""
+
+    rid: int
+    watch_id: int
+    pattern: str
+    regex: bool = False
+
+
+class CancelWatch(_Msg, tag="cancel_watch"):
+    rid: int
+    watch_id: int
+
+
+class Resize(_Msg, tag="resize"):
+    rid: int
+    cols: int
+    rows: int
+
+
+class Close(_Msg, tag="close"):
+    """Kill the pane's tree and exit; conditional on ``expected_seq`` when given."""
+
+    rid: int
+    expected_seq: int | None = None
+    capture_lines: int | None = None
+    grace_s: float = 2.0
+
+
+ToWorker = (
+    Ping
+    | Heartbeat
+    | WriteInput
+    | Interrupt
+    | ReadScreen
+    | AnswerDialog
+    | WatchOutput
+    | CancelWatch
+    | Resize
+    | Close
+)
+
+
+# ------------------------------------------------------------ to supervisor
+
+
+class Hello(_Msg, tag="hello"):
+    """First frame of a worker: who it is and the proof it holds the secret."""
+
+    protocol_version: int
+    pane: str
+    instance: str
+    proof: bytes
+    worker_pid: int
+    child_pid: int | None
+    status: PaneStatusFields
+    started_at: float
+    spawn_error: str | None = None
+
+
+class Ok(_Msg, tag="ok"):
+    rid: int
+    seq: int
+    turn: int
+
+
+class Failed(_Msg, tag="failed"):
+    """A refused or failed request: a stable error code and a safe message."""
+
+    rid: int
+    code: str
+    message: str
+
+
+class ScreenText(_Msg, tag="screen_text"):
+    rid: int
+    text: str
+    cursor: tuple[int, int]
+    cols: int
+    rows: int
+    seq: int
+    turn: int
+    state: AgentState
+
+
+class Closed(_Msg, tag="closed"):
+    rid: int
+    exit_code: int | None
+    killed: int
+    captured: str | None = None
+    seq: int = 0
+
+
+class Status(_Msg, tag="status"):
+    """Pushed on every recorded status change (and once after Hello)."""
+
+    status: PaneStatusFields
+
+
+class Descendants(_Msg, tag="descendants"):
+    """The worker's recorded descendant set, as (pid, start time ticks)."""
+
+    procs: list[tuple[int, int]]
+    session_id: int | None
+
+
+class Exited(_Msg, tag="exited"):
+    """The program ended; the worker killed what it left behind."""
+
+    exit_code: int | None
+    killed: int
+
+
+class OutputMatch(_Msg, tag="output_match"):
+    watch_id: int
+    line: str
+    seq: int
+
+
+ToSupervisor = (
+    Hello
+    | Ok
+    | Failed
+    | ScreenText
+    | Closed
+    | Status
+    | Exited
+    | Descendants
+    | OutputMatch
+    | Heartbeat
+)

@@ -1,0 +1,7 @@
+"""``python -m supervisor`` runs the ``panewarden`` command line."""
+
+import sys
+
+from supervisor.cli import main
+
+sys.exit(main())

@@ -1,0 +1,72 @@
+"""The one place that reads panewarden's environment variables.
+
+Everything else receives a validated ``ServiceConfig``; no other module looks at
+``os.environ`` for settings.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol.errors import ErrorCode, PanewardenError
+
+DEFAULT_ORPHAN_GRACE_S = 120.0
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Settings taken from the environment at start (and on SIGHUP for files)."""
+
+    state_dir: Path
+    profiles_path: str | None
+    orphan_grace_s: float
+    log_level: str
+    token_file: str | None
+    clients_file: str | None
+    audit_file: str | None
+    allowed_hosts: tuple[str, ...]
+    environ: Mapping[str, str]
+
+
+def _float_env(environ: Mapping[str, str], name: str, default: float) -> float:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise PanewardenError(
+            ErrorCode.CONFIG_INVALID, f"{name} must be a number of seconds"
+        ) from None
+    if not 0 < value <= 86400:
+        raise PanewardenError(ErrorCode.CONFIG_INVALID, f"{name} must be in (0, 86400]")
+    return value
+
+
+def default_state_dir(environ: Mapping[str, str]) -> Path:
+    """``${XDG_STATE_HOME:-~/.local/state}/panewarden``."""
+    base = environ.get("XDG_STATE_HOME") or str(Path(environ.get("HOME", "~")) / ".local/state")
+    return Path(base).expanduser() / "panewarden"
+
+
+def load_config(environ: Mapping[str, str] | None = None) -> ServiceConfig:
+    """Read and validate the environment; raises PanewardenError(config_invalid)."""
+    env = dict(os.environ if environ is None else environ)
+    state = env.get("PANEWARDEN_STATE_DIR") or str(default_state_dir(env))
+    hosts = tuple(
+        h.strip() for h in env.get("PANEWARDEN_ALLOWED_HOSTS", "").split(",") if h.strip()
+    )
+    return ServiceConfig(
+        state_dir=Path(state).expanduser().absolute(),
+        profiles_path=env.get("PANEWARDEN_PROFILES") or None,
+        orphan_grace_s=_float_env(env, "PANEWARDEN_ORPHAN_GRACE_S", DEFAULT_ORPHAN_GRACE_S),
+        log_level=(env.get("PANEWARDEN_LOG_LEVEL") or "INFO").upper(),
+        token_file=env.get("PANEWARDEN_TOKEN_FILE") or None,
+        clients_file=env.get("PANEWARDEN_CLIENTS") or None,
+        audit_file=env.get("PANEWARDEN_AUDIT_FILE") or None,
+        allowed_hosts=hosts,
+        environ=env,
+    )

@@ -1,0 +1,108 @@
+"""Running the supervisor: state dir, lock, profiles, worker socket, transport, signals.
+
+``serve`` is the one entry used by every transport. SIGTERM and SIGINT stop the
+service gracefully (panes closed unless ``keep_panes``); SIGHUP reloads the
+profiles file atomically (a bad file keeps the old policy and logs why).
+Signal handlers only record; the loop does the work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from protocol.errors import PanewardenError
+from supervisor.config import ServiceConfig
+from supervisor.profiles import ProfileSet, load_profiles
+from supervisor.service import PaneService, demo_argv
+from supervisor.statedir import (
+    SupervisorLock,
+    atomic_write,
+    ensure_private_dir,
+    runtime_socket_path,
+)
+
+log = logging.getLogger(__name__)
+
+
+def load_policy(config: ServiceConfig) -> ProfileSet:
+    """Load the launch profiles named by the config (the built-in demo without a file)."""
+    return load_profiles(config.profiles_path, demo_argv=demo_argv())
+
+
+@asynccontextmanager
+async def running_service(
+    config: ServiceConfig, keep_panes: bool = False
+) -> AsyncIterator[PaneService]:
+    """Lock the state dir, start a ``PaneService`` and stop it on exit."""
+    state = ensure_private_dir(config.state_dir)
+    lock = SupervisorLock(state)
+    lock.acquire()
+    try:
+        profiles = load_policy(config)
+        sock_path = runtime_socket_path(state, dict(config.environ))
+        ensure_private_dir(sock_path.parent.parent)
+        ensure_private_dir(sock_path.parent)
+        sock_path.unlink(missing_ok=True)
+        run_dir = ensure_private_dir(state / "run")
+        atomic_write(run_dir / "endpoint", f"ipc://{sock_path}\n".encode())
+        service = PaneService(config, profiles, f"ipc://{sock_path}")
+        await service.start()
+        try:
+            yield service
+        finally:
+            await service.stop(keep_panes=keep_panes)
+            sock_path.unlink(missing_ok=True)
+    finally:
+        lock.release()
+
+
+def reload_profiles(service: PaneService, config: ServiceConfig) -> bool:
+    """Swap in a freshly loaded profiles file; keep the old one if it is bad."""
+    try:
+        profiles = load_policy(config)
+    except PanewardenError as exc:
+        log.error(
+            "profiles reload refused, keeping the old ones: %s",
+            exc.message,
+            extra={"code": exc.code.value},
+        )
+        return False
+    service.replace_profiles(profiles)
+    log.info("profiles reloaded: %s", ", ".join(profiles.names()) or "(none)")
+    return True
+
+
+async def serve_until_signalled(
+    service: PaneService,
+    config: ServiceConfig,
+    serve: Callable[[], Awaitable[None]],
+    on_reload: Callable[[], None] | None = None,
+) -> None:
+    """Run ``serve`` until it returns or SIGTERM/SIGINT arrives; SIGHUP reloads."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(serve())
+
+    def stop(signum: int) -> None:
+        log.info("stopping on signal %d", signum)
+        task.cancel()
+
+    def reload() -> None:
+        reload_profiles(service, config)
+        if on_reload is not None:
+            on_reload()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop, sig)
+    loop.add_signal_handler(signal.SIGHUP, reload)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
