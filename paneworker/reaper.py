@@ -42,6 +42,9 @@ KILL_WAIT_S = 2.0
 _SOFT_SIGNALS = (signal.SIGHUP, signal.SIGTERM, signal.SIGCONT)
 _COUNTED_SIGNALS = frozenset({signal.SIGTERM, signal.SIGKILL})
 _DEAD_STATES = frozenset({"Z", "X"})
+# A process we may not inspect (hidepid, another user) is one we cannot verify, so never
+# signal: treated like one that is gone rather than crashing the worker's loop.
+_UNSEEN = (ProcessLookupError, PermissionError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +127,7 @@ class Reaper:
             parent = stack.pop()
             try:
                 children = self._os.read_children(parent)
-            except ProcessLookupError:
+            except _UNSEEN:
                 continue
             for pid in children:
                 if pid in visited or pid <= 1:
@@ -132,7 +135,7 @@ class Reaper:
                 visited.add(pid)
                 try:
                     st = self._os.proc_stat(pid)
-                except ProcessLookupError:
+                except _UNSEEN:
                     continue
                 if self._is_dead(st):
                     continue
@@ -146,7 +149,7 @@ class Reaper:
         # A leader that called pthread_exit shows "Z" while its other threads still run.
         try:
             states = self._os.task_states(st.pid)
-        except ProcessLookupError:
+        except _UNSEEN:
             return True
         return all(state in _DEAD_STATES for state in states)
 
@@ -154,7 +157,7 @@ class Reaper:
         pid, start_time = key
         try:
             st = self._os.proc_stat(pid)
-        except ProcessLookupError:
+        except _UNSEEN:
             return False
         if st.start_time != start_time:
             return False
@@ -316,7 +319,7 @@ class Reaper:
                 continue
             try:
                 st = self._os.proc_stat(pid)
-            except ProcessLookupError:
+            except _UNSEEN:
                 continue
             if st.session != session_id or self._is_dead(st):
                 continue
@@ -406,6 +409,6 @@ class Reaper:
         for pid, _ in sorted(keys):
             try:
                 names.append(f"{pid} ({self._os.proc_stat(pid).comm})")
-            except ProcessLookupError:
+            except _UNSEEN:
                 names.append(str(pid))
         return ", ".join(names)

@@ -59,6 +59,7 @@ class PaneWorker:
             self.spawn_error = f"{type(exc).__name__}: {exc.strerror or exc}"
         self.screen.attach(self.program)
         if self.program is not None:
+            self.reaper.note_spawned(self.program.pid)
             self.screen.status.set_lifecycle("running")
         else:
             self.screen.status.set_lifecycle("exited", exit_code=None)

@@ -14,6 +14,7 @@ from pathlib import Path
 from protocol.errors import ErrorCode, PanewardenError
 
 DEFAULT_ORPHAN_GRACE_S = 120.0
+DEFAULT_WATCHDOG_PERIOD_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class ServiceConfig:
     audit_file: str | None
     allowed_hosts: tuple[str, ...]
     environ: Mapping[str, str]
+    # Testing/tuning knob (PANEWARDEN_WATCHDOG_PERIOD_S): seconds between watchdog passes.
+    watchdog_period_s: float = DEFAULT_WATCHDOG_PERIOD_S
 
 
 def _float_env(environ: Mapping[str, str], name: str, default: float) -> float:
@@ -43,6 +46,24 @@ def _float_env(environ: Mapping[str, str], name: str, default: float) -> float:
         ) from None
     if not 0 < value <= 86400:
         raise PanewardenError(ErrorCode.CONFIG_INVALID, f"{name} must be in (0, 86400]")
+    return value
+
+
+def _bounded_float_env(
+    environ: Mapping[str, str], name: str, default: float, low: float, high: float
+) -> float:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    # NaN fails both comparisons, so a non-number lands here too.
+    if not low <= value <= high:
+        raise PanewardenError(
+            ErrorCode.CONFIG_INVALID, f"{name} must be a number of seconds in [{low}, {high}]"
+        )
     return value
 
 
@@ -69,4 +90,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> ServiceConfig:
         audit_file=env.get("PANEWARDEN_AUDIT_FILE") or None,
         allowed_hosts=hosts,
         environ=env,
+        watchdog_period_s=_bounded_float_env(
+            env, "PANEWARDEN_WATCHDOG_PERIOD_S", DEFAULT_WATCHDOG_PERIOD_S, 0.05, 3600.0
+        ),
     )

@@ -15,6 +15,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from protocol.messages import PaneStatusFields
+from supervisor.profiles import WatchdogConfig
 from supervisor.workers import WorkerHandle
 
 HISTORY_RECORDS = 512
@@ -45,6 +46,7 @@ class Pane:
     removed: bool = False
     closing: bool = False
     lease: str | None = None
+    watchdog: WatchdogConfig | None = None
 
     def record(self, status: PaneStatusFields) -> None:
         """Accept a status record if it is newer than what we have; wake waiters."""

@@ -49,7 +49,9 @@ async def running_service(
         sock_path.unlink(missing_ok=True)
         run_dir = ensure_private_dir(state / "run")
         atomic_write(run_dir / "endpoint", f"ipc://{sock_path}\n".encode())
-        service = PaneService(config, profiles, f"ipc://{sock_path}")
+        service = PaneService(
+            config, profiles, f"ipc://{sock_path}", watchdog_period_s=config.watchdog_period_s
+        )
         await service.start()
         try:
             yield service

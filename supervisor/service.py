@@ -45,6 +45,7 @@ from supervisor import orphans
 from supervisor.config import ServiceConfig
 from supervisor.panes import Pane, wait_for_status
 from supervisor.profiles import ProfileSet
+from supervisor.watchdog import DEFAULT_PERIOD_S, Watchdog
 from supervisor.workers import Reply, WorkerHandle, WorkerManager
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,13 @@ class WaitTarget:
 class PaneService:
     """Starts, drives and removes panes; see the module docstring."""
 
-    def __init__(self, config: ServiceConfig, profiles: ProfileSet, endpoint: str) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        profiles: ProfileSet,
+        endpoint: str,
+        watchdog_period_s: float = DEFAULT_PERIOD_S,
+    ) -> None:
         self.config = config
         self.profiles = profiles
         self.panes: dict[str, Pane] = {}
@@ -80,19 +87,23 @@ class PaneService:
         self._watch_ids = itertools.count(1)
         self.workers = WorkerManager(endpoint, self._on_event, self._on_death)
         self._sweeper: asyncio.Task[None] | None = None
+        self.watchdog = Watchdog(self, period_s=watchdog_period_s)
 
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Become a subreaper, bind the worker socket, start the leftover sweeper."""
+        """Become a subreaper, bind the worker socket, start the sweeper and watchdog."""
         orphans.become_subreaper()
         self.workers.bind()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGCHLD, self._sweep)
         self._sweeper = loop.create_task(self._sweep_loop(), name="leftover-sweeper")
+        self.watchdog.start()
 
     async def stop(self, keep_panes: bool = False) -> None:
         """Close every pane (unless ``keep_panes``), then the worker socket."""
+        # First, so that no nudge is typed into a pane that is being closed.
+        await self.watchdog.stop()
         if not keep_panes:
             await asyncio.gather(
                 *(self._remove(p, force=True) for p in list(self.panes.values())),
@@ -244,6 +255,7 @@ class PaneService:
                 cwd=spec.cwd,
                 handle=handle,
                 started_at=time.time(),
+                watchdog=spec.watchdog,
             )
             self._by_instance[handle.instance] = pane
             try:

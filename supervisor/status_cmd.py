@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from mcp.shared.exceptions import MCPError
 from mcp.types import TextContent
 
 from protocol.errors import ErrorCode, PanewardenError
@@ -52,7 +54,7 @@ async def _list_panes(config: ServiceConfig) -> list[dict[str, Any]]:
 
 
 def connection_failure(exc: BaseException) -> str | None:
-    """A one-line reason when ``exc`` (or a member of an exception group) is a transport failure."""
+    """A one-line reason when ``exc`` (or a group member) is a transport or HTTP failure."""
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
             reason = connection_failure(inner)
@@ -61,6 +63,9 @@ def connection_failure(exc: BaseException) -> str | None:
         return None
     if isinstance(exc, OSError | TimeoutError):
         return str(exc) or type(exc).__name__
+    if isinstance(exc, MCPError):
+        # The SDK client reports an HTTP refusal (401 for a wrong token) this way.
+        return f"the service refused the request: {exc}"
     # httpx2's errors are not OSErrors; name them without importing its hierarchy here.
     if type(exc).__module__.startswith("httpx"):
         return str(exc) or type(exc).__name__
@@ -69,6 +74,8 @@ def connection_failure(exc: BaseException) -> str | None:
 
 def status_command(config: ServiceConfig) -> int:
     """Print the panes of the running HTTP service; returns the exit status."""
+    # One line per HTTP request at INFO would bury the table's error messages.
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
     url = read_service_url(config)
     if url is None:
         print(
@@ -87,8 +94,8 @@ def status_command(config: ServiceConfig) -> int:
         if reason is None:
             raise
         print(
-            f"panewarden: no HTTP service answers at {url} ({reason}); "
-            "is `panewarden serve --http` running?",
+            f"panewarden: the HTTP service at {url} did not answer ({reason}); "
+            "is `panewarden serve --http` running, and is PANEWARDEN_TOKEN_FILE its token?",
             file=sys.stderr,
         )
         return EXIT_FAILED

@@ -86,6 +86,8 @@ async def run_proxy(config: ServiceConfig) -> None:
 
 def stdio_proxy_command(config: ServiceConfig) -> int:
     """Run the proxy; returns the exit status (1 when no service answers)."""
+    # A log line per forwarded HTTP request is noise on the client's stderr.
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
     try:
         asyncio.run(run_proxy(config))
     except PanewardenError as exc:

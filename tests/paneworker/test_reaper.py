@@ -42,10 +42,11 @@ HELPER_TIMEOUT_S = 60.0
 # child (the escapee, in a new session and group) re-parents to the nearest subreaper.
 ESCAPE_SH = "( setsid sh -c 'echo \"$$\" >&3; exec sleep 600' & ); exec sleep 600"
 
-# On SIGHUP/SIGTERM the program forks a new escapee (its own session, deaf to both) and
-# exits: a process born after kill_tree's first scan, that only a later walk can find.
+# On SIGHUP/SIGTERM the program forks a new escapee (its own session, deaf to both from
+# birth since ignored signals are inherited) and exits: a process born after kill_tree's
+# first scan and out of the session, that only a later walk can find.
 REBIRTH_SH = r"""
-trap 'setsid sh -c "trap \"\" HUP TERM; echo \$\$ >&3; exec sleep 600" & exit 0' HUP TERM
+trap 'trap "" HUP TERM; setsid sh -c "echo \$\$ >&3; exec sleep 600" & exit 0' HUP TERM
 echo armed >&3
 sleep 600 & wait
 """
@@ -278,6 +279,15 @@ def test_process_ignoring_sigterm_and_sighup_is_sigkilled_after_the_grace(
     assert _survivors(keys_file) == []
 
 
+def test_stopped_process_is_continued_so_it_acts_on_sigterm(keys_file: Path) -> None:
+    report, _ = _run_helper("stopped", keys_file)
+    assert report["state_before"] == "T"
+    assert report["killed_hard"] == 0
+    assert report["elapsed_s"] < 1.5
+    assert report["program_exit"] in (-signal.SIGHUP, -signal.SIGTERM)
+    assert _survivors(keys_file) == []
+
+
 def test_recorded_key_whose_pid_now_names_another_process_is_never_signalled(
     keys_file: Path,
 ) -> None:
@@ -356,6 +366,14 @@ def test_a_failing_signal_for_one_pid_does_not_stop_the_kill_of_the_others(
     else:
         assert report["survivors"] == [report["victim"]]
         assert "still alive after SIGKILL" in log
+
+
+def test_without_pidfds_kill_tree_falls_back_to_kill(keys_file: Path) -> None:
+    report, _ = _run_helper("no_pidfd", keys_file)
+    assert report["pidfd_attempts"] > 0
+    assert report["signalled"] == 1
+    assert report["program_exit"] == -signal.SIGHUP
+    assert _survivors(keys_file) == []
 
 
 def test_kill_tree_refuses_init_and_the_workers_own_session(keys_file: Path) -> None:
@@ -664,6 +682,22 @@ def _scenario_stubborn(h: _Helper, grace_s: str) -> dict[str, Any]:
     }
 
 
+def _scenario_stopped(h: _Helper) -> dict[str, Any]:
+    reaper = Reaper(h.os_calls, h.pid)
+    program = h.spawn("exec sleep 600")
+    os.kill(program, signal.SIGSTOP)
+    _until(lambda: (_stat(program) or {}).get("state") == "T", "stopped")
+    state_before = (_stat(program) or {}).get("state")
+    started = time.monotonic()
+    result = reaper.kill_tree(program, grace_s=2.0)
+    return {
+        "state_before": state_before,
+        "elapsed_s": time.monotonic() - started,
+        "killed_hard": result.killed_hard,
+        "program_exit": _exit_code(result.reaped, program),
+    }
+
+
 class _ReusedPid(OsCalls):
     """Shows ``other`` as our child with a wrong start time until the reaper opens a pidfd
     on it: as if the recorded process died and its pid went to another between the
@@ -878,6 +912,32 @@ def _scenario_faults(h: _Helper, err: str, soft_only: str) -> dict[str, Any]:
     }
 
 
+class _NoPidfd(OsCalls):
+    """A kernel without pidfd_open; kill(2) must do."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    def pidfd_open(self, pid: int) -> int:
+        self.attempts += 1
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    def killpg(self, pgid: int, sig: int) -> None:
+        pass  # Leave the work to the per-process fallback under test.
+
+
+def _scenario_no_pidfd(h: _Helper) -> dict[str, Any]:
+    os_calls = _NoPidfd()
+    reaper = Reaper(os_calls, h.pid)
+    program = h.spawn("exec sleep 600")
+    result = reaper.kill_tree(program, grace_s=1.0)
+    return {
+        "pidfd_attempts": os_calls.attempts,
+        "signalled": result.signalled,
+        "program_exit": _exit_code(result.reaped, program),
+    }
+
+
 class _Recording(OsCalls):
     def __init__(self) -> None:
         self.group_kills: list[int] = []
@@ -913,12 +973,14 @@ _SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "interactive_jobs": _scenario_interactive_jobs,
     "stubborn": _scenario_stubborn,
     "rebirth": _scenario_rebirth,
+    "stopped": _scenario_stopped,
     "zombie_leader": _scenario_zombie_leader,
     "reuse": _scenario_reuse,
     "reap": _scenario_reap,
     "scan_tree": _scenario_scan_tree,
     "faults": _scenario_faults,
     "guards": _scenario_guards,
+    "no_pidfd": _scenario_no_pidfd,
 }
 
 
