@@ -30,6 +30,8 @@ from protocol.messages import Descendants, Exited, Heartbeat, Hello, Status
 log = logging.getLogger(__name__)
 
 SCAN_INTERVAL_S = 0.25
+# Heartbeat periods of silence after which Hello is re-sent.
+REINTRODUCE_AFTER_S = 2.5
 
 
 @dataclass
@@ -161,16 +163,19 @@ class PaneWorker:
         if now >= t.scan_at:
             t.scan_at = now + SCAN_INTERVAL_S
             if self.reaper.scan():
-                self.link.send(
-                    Descendants(
-                        procs=sorted(self.reaper.recorded),
-                        session_id=self.program.pid if self.program else None,
-                    )
-                )
+                self._send_descendants()
         if now >= t.heartbeat_at:
             t.heartbeat_at = now + self.boot.heartbeat_s
             self._heartbeat(now)
         self.requests.run_due(now)
+
+    def _send_descendants(self) -> None:
+        self.link.send(
+            Descendants(
+                procs=sorted(self.reaper.recorded),
+                session_id=self.program.pid if self.program else None,
+            )
+        )
 
     def _heartbeat(self, now: float) -> None:
         t = self.timers
@@ -183,13 +188,15 @@ class PaneWorker:
                 self.boot.orphan_grace_s,
                 extra={"pane": self.boot.pane},
             )
-        if t.orphan_deadline is not None:
-            if now >= t.orphan_deadline:
-                log.warning("orphan grace over; closing the pane", extra={"pane": self.boot.pane})
-                self.running = False
-                return
-            # A new supervisor over the same state dir learns who we are from Hello.
+        if t.orphan_deadline is not None and now >= t.orphan_deadline:
+            log.warning("orphan grace over; closing the pane", extra={"pane": self.boot.pane})
+            self.running = False
+            return
+        if silent_for > REINTRODUCE_AFTER_S * self.boot.heartbeat_s:
+            # The supervisor may have restarted: a new one learns who we are from
+            # Hello (and what to kill from Descendants) before it will talk to us.
             self.link.send(self.hello())
+            self._send_descendants()
         else:
             self.link.send(Heartbeat(sent_at=time.time()))
 

@@ -14,9 +14,10 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 import psutil
+
+from supervisor.procfs import is_zombie, own_children, process_start_ticks
 
 log = logging.getLogger(__name__)
 
@@ -35,25 +36,6 @@ def become_subreaper() -> bool:
     return True
 
 
-def own_children() -> list[int]:
-    """Pids of this process's children (adopted orphans included)."""
-    pids: list[int] = []
-    for children in Path("/proc/self/task").glob("*/children"):
-        try:
-            pids.extend(int(p) for p in children.read_text().split())
-        except (OSError, ValueError):
-            continue
-    return pids
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2 :].startswith("Z")
-
-
 def sweep_leftovers(managed: Callable[[], set[int]]) -> int:
     """Kill and reap every child that is not a managed worker; returns how many."""
     keep = managed()
@@ -61,7 +43,7 @@ def sweep_leftovers(managed: Callable[[], set[int]]) -> int:
     for pid in own_children():
         if pid in keep:
             continue
-        if _is_zombie(pid):
+        if is_zombie(pid):
             _reap(pid)
             continue
         count += kill_processes([pid], reason="adopted leftover of a dead pane")
@@ -99,7 +81,7 @@ def kill_recorded(session_id: int | None, recorded: Iterable[tuple[int, int]]) -
     """Kill a dead pane's session members and recorded descendants (start times checked)."""
     victims: set[int] = set()
     for pid, ticks in recorded:
-        if _start_ticks(pid) == ticks:
+        if process_start_ticks(pid) == ticks:
             victims.add(pid)
     if session_id:
         for proc in psutil.process_iter(["pid"]):
@@ -109,15 +91,3 @@ def kill_recorded(session_id: int | None, recorded: Iterable[tuple[int, int]]) -
             except OSError:
                 continue
     return kill_processes(sorted(victims), reason="left by a lost pane")
-
-
-def _start_ticks(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None

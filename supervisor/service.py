@@ -43,8 +43,10 @@ from protocol.messages import (
 )
 from supervisor import orphans
 from supervisor.config import ServiceConfig
+from supervisor.pane_records import RECORD_VERSION, PaneRecord, PaneRecords
 from supervisor.panes import Pane, wait_for_status
-from supervisor.profiles import ProfileSet
+from supervisor.procfs import process_start_ticks
+from supervisor.profiles import ProfileSet, WatchdogConfig
 from supervisor.watchdog import DEFAULT_PERIOD_S, Watchdog
 from supervisor.workers import Reply, WorkerHandle, WorkerManager
 
@@ -88,6 +90,8 @@ class PaneService:
         self.workers = WorkerManager(endpoint, self._on_event, self._on_death)
         self._sweeper: asyncio.Task[None] | None = None
         self.watchdog = Watchdog(self, period_s=watchdog_period_s)
+        self.records = PaneRecords(config.state_dir)
+        self._adoptions: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------ lifecycle
 
@@ -98,12 +102,68 @@ class PaneService:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGCHLD, self._sweep)
         self._sweeper = loop.create_task(self._sweep_loop(), name="leftover-sweeper")
+        self._readopt()
         self.watchdog.start()
+
+    def _readopt(self) -> None:
+        """Take back the panes whose workers outlived a previous supervisor."""
+        records, quarantined = self.records.load_all()
+        for name in quarantined:
+            log.error("pane record %s was corrupt and is quarantined", name)
+        for rec in records:
+            handle = self.workers.adopt(
+                rec.name,
+                rec.instance,
+                rec.worker_pid,
+                rec.worker_start_ticks,
+                bytes.fromhex(rec.secret_sha256),
+            )
+            if handle is None:
+                log.warning(
+                    "pane %s did not survive the restart", rec.name, extra={"pane": rec.name}
+                )
+                self.records.delete(rec.name)
+                continue
+            pane = Pane(
+                name=rec.name,
+                profile=rec.profile,
+                agent=rec.agent,
+                cwd=rec.cwd,
+                handle=handle,
+                started_at=rec.started_at,
+                pid=rec.pid,
+                watchdog=self._watchdog_config(rec.profile),
+            )
+            self.panes[rec.name] = pane
+            self._by_instance[handle.instance] = pane
+            self._adoptions.append(
+                asyncio.get_running_loop().create_task(self._finish_adoption(pane))
+            )
+
+    def _watchdog_config(self, profile: str) -> WatchdogConfig | None:
+        try:
+            return self.profiles.get(profile).watchdog
+        except PanewardenError:
+            return None
+
+    async def _finish_adoption(self, pane: Pane) -> None:
+        """Wait for the adopted worker's Hello; a silent one is killed and the pane lost."""
+        try:
+            hello = await self.workers.wait_ready(pane.handle)
+        except PanewardenError:
+            log.error("adopted worker never proved itself", extra={"pane": pane.name})
+            return
+        pane.pid = hello.child_pid
+        pane.record(hello.status)
+        log.info("pane re-adopted", extra={"pane": pane.name, "worker_pid": pane.handle.pid})
 
     async def stop(self, keep_panes: bool = False) -> None:
         """Close every pane (unless ``keep_panes``), then the worker socket."""
         # First, so that no nudge is typed into a pane that is being closed.
         await self.watchdog.stop()
+        for task in self._adoptions:
+            task.cancel()
+        await asyncio.gather(*self._adoptions, return_exceptions=True)
         if not keep_panes:
             await asyncio.gather(
                 *(self._remove(p, force=True) for p in list(self.panes.values())),
@@ -269,6 +329,7 @@ class PaneService:
         pane.pid = hello.child_pid
         pane.record(hello.status)
         self.panes[name] = pane
+        self._save_record(pane)
         log.info(
             "pane started",
             extra={"pane": name, "worker_pid": handle.pid, "pid": hello.child_pid},
@@ -279,6 +340,27 @@ class PaneService:
                 ErrorCode.SPAWN_FAILED, f"cannot start {spec.argv[0]!r}: {hello.spawn_error}"
             )
         return pane
+
+    def _save_record(self, pane: Pane) -> None:
+        handle = pane.handle
+        ticks = process_start_ticks(handle.pid)
+        if ticks is None:
+            return
+        self.records.save(
+            PaneRecord(
+                version=RECORD_VERSION,
+                name=pane.name,
+                instance=handle.instance,
+                secret_sha256=handle.secret_hash.hex(),
+                worker_pid=handle.pid,
+                worker_start_ticks=ticks,
+                profile=pane.profile,
+                agent=pane.agent,
+                cwd=pane.cwd,
+                started_at=pane.started_at,
+                pid=pane.pid,
+            )
+        )
 
     async def send_input(
         self, name: str, text: str, submit: bool, expect_turn: int | None
@@ -406,6 +488,7 @@ class PaneService:
         finally:
             self.panes.pop(pane.name, None)
             self._by_instance.pop(handle.instance, None)
+            self.records.delete(pane.name)
             pane.mark_removed()
             self.workers.forget(handle)
         log.info("pane removed", extra={"pane": pane.name, "worker_pid": handle.pid})

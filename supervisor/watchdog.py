@@ -14,8 +14,8 @@ when all of these hold:
   that first saw that ``seq``, or from the last nudge, whichever is later, so the
   watchdog's own view is up to one period late);
 - when ``todo_file`` is set, that file still has an unchecked task-list item
-  (``- [ ]``, also with ``*`` or ``+``). A missing or unreadable file means no nudge and
-  is logged once until it becomes readable again;
+  (``- [ ]``; also ``*``, ``+`` or ``1.`` as the marker). A missing or unreadable file
+  means no nudge and is logged once until it becomes readable again;
 - fewer than ``max_consecutive_nudges`` nudges went in since the last outside progress.
 
 Outside progress is a new turn the watchdog did not cause. A nudge is sent with
@@ -57,7 +57,9 @@ DEFAULT_PERIOD_S = 5.0
 # A todo list is small; the bound keeps a mistaken path (a log file, say) from being
 # read whole every period.
 TODO_FILE_LIMIT_BYTES = 4 * 1024 * 1024
-UNCHECKED_ITEM = re.compile(r"^[ \t]*[-*+][ \t]+\[ \]", re.MULTILINE)
+# A GitHub-style task-list item: a bullet or ordered-list marker, then `[ ]` and a space
+# or the line's end.
+UNCHECKED_ITEM = re.compile(r"^[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]+\[ \](?=\s|$)", re.MULTILINE)
 
 
 class NudgeTarget(Protocol):

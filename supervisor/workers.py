@@ -40,9 +40,11 @@ from protocol.messages import (
     Hello,
     Ok,
     ScreenText,
+    Status,
     ToSupervisor,
     ToWorker,
 )
+from supervisor.procfs import process_start_ticks
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +212,35 @@ class WorkerManager:
                 ErrorCode.SPAWN_FAILED, "the pane worker did not start in time"
             ) from None
 
+    def adopt(
+        self, pane: str, instance: str, pid: int, start_ticks: int, secret_hash: bytes
+    ) -> WorkerHandle | None:
+        """Re-adopt a worker that outlived a previous supervisor; None if it is gone.
+
+        The pidfd is opened first and the start time compared after, so a reused
+        pid is never adopted. The worker is ready once its Hello proves the secret.
+        """
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return None
+        if process_start_ticks(pid) != start_ticks:
+            os.close(pidfd)
+            return None
+        loop = asyncio.get_running_loop()
+        handle = WorkerHandle(
+            pane=pane,
+            instance=instance,
+            pid=pid,
+            secret_hash=secret_hash,
+            proc=None,
+            pidfd=pidfd,
+            ready=loop.create_future(),
+        )
+        self.by_instance[instance] = handle
+        loop.add_reader(pidfd, self._on_pidfd, handle)
+        return handle
+
     def kill(self, handle: WorkerHandle) -> None:
         """SIGKILL a worker (its pidfd then reports the death)."""
         if not handle.dead:
@@ -298,6 +329,9 @@ class WorkerManager:
         handle.session_id = hello.child_pid
         if not handle.ready.done():
             handle.ready.set_result(hello)
+        else:
+            # A re-introduction: the worker heard nothing for a while; resync status.
+            self._on_event(handle, Status(status=hello.status))
 
     async def _heartbeat_loop(self) -> None:
         while True:

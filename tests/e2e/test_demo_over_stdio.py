@@ -59,7 +59,9 @@ async def test_a_full_turn_cycle_with_dialogs(tools: Tools) -> None:
 async def test_answer_dialog_refuses_without_a_dialog_or_at_the_wrong_turn(tools: Tools) -> None:
     await tools.call("start_pane", name="d", profile="demo")
     idle = await tools.wait("d", until=["idle"])
-    assert (await tools.error("answer_dialog", name="d", answer="allow_once"))["code"] == "no_dialog"
+    assert (await tools.error("answer_dialog", name="d", answer="allow_once"))[
+        "code"
+    ] == "no_dialog"
     await tools.call("send_input", name="d", text="dialog ls")
     blocked = await tools.wait("d", after=idle["seq"], until=["blocked"])
     wrong = await tools.error("answer_dialog", name="d", answer="allow_once", expect_turn=7)
@@ -93,8 +95,9 @@ async def test_wait_output_and_interrupt(tools: Tools) -> None:
     await tools.call("start_pane", name="w", profile="demo")
     idle = await tools.wait("w", until=["idle"])
     await tools.call("send_input", name="w", text="find me 42")
-    match = await tools.call("wait_output", name="w", pattern=r"reply: find me \d+", regex=True,
-                             timeout_s=20)
+    match = await tools.call(
+        "wait_output", name="w", pattern=r"reply: find me \d+", regex=True, timeout_s=20
+    )
     assert match["matched"] and match["line"].startswith("reply: find me 42")
     missing = await tools.call("wait_output", name="w", pattern="never-printed", timeout_s=0.5)
     assert missing == {"matched": False, "line": None, "seq": missing["seq"]}

@@ -136,10 +136,11 @@ def test_sixteen_clients_with_two_hundred_calls_each_lose_nothing(setup: Setup) 
         pane = f"load-{index:02d}"
         async with connect(setup.service.url, setup.tokens[who]) as client:
             start = await _start_idle(client, pane)
+            # calls counts every tool call of this client, start_pane and wait_status included.
             base_seq, inputs, calls, seq_per_turn = start["seq"], 0, 2, 0
             last = start
-            while calls < LOAD_CALLS:
-                if calls % LOAD_INPUT_EVERY == 0:
+            while calls < LOAD_CALLS - 2:
+                if calls % LOAD_INPUT_EVERY == 0 and calls + 2 <= LOAD_CALLS - 2:
                     done = await _turn(client, pane, f"{who} line {inputs}")
                     inputs += 1
                     seq_per_turn = seq_per_turn or done["seq"] - last["seq"]
@@ -165,7 +166,7 @@ def test_sixteen_clients_with_two_hundred_calls_each_lose_nothing(setup: Setup) 
     elapsed = time.monotonic() - started
     print(f"{LOAD_CLIENTS} clients x {LOAD_CALLS} calls in {elapsed:.1f} s")
     for pane, inputs, turns, seq_delta, seq_per_turn in results:
-        assert inputs == LOAD_CALLS // LOAD_INPUT_EVERY
+        assert inputs == LOAD_CALLS // LOAD_INPUT_EVERY - 1
         assert turns == inputs, pane
         assert seq_per_turn > 0
         # Every state change of every turn was recorded: nothing lost, nothing merged.

@@ -1,0 +1,53 @@
+"""A supervisor restart re-adopts the panes whose workers outlived it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+from mcp import Client
+
+from tests.conftest import Tools, stdio_params
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_new_supervisor_readopts_a_killed_ones_panes(state_dir: Path) -> None:
+    async with Client(stdio_params(state_dir)) as client:
+        tools = Tools(client)
+        pane = (await tools.call("start_pane", name="keep", profile="demo"))["pane"]
+        idle = await tools.wait("keep", until=["idle"])
+        await tools.call("send_input", name="keep", text="before the crash")
+        done = await tools.wait("keep", after=idle["seq"], until=["done"])
+        supervisor = psutil.Process(pane["worker_pid"]).ppid()
+        # A crash: no graceful stop, so the worker keeps running, orphaned.
+        os.kill(supervisor, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while psutil.pid_exists(supervisor) and psutil.Process(supervisor).status() != "zombie":
+            assert time.monotonic() < deadline
+            await anyio.sleep(0.01)
+    assert psutil.pid_exists(pane["worker_pid"]) and psutil.pid_exists(pane["pid"])
+
+    async with Client(stdio_params(state_dir)) as client:
+        tools = Tools(client)
+        listed = (await tools.call("list_panes"))["panes"]
+        assert [p["name"] for p in listed] == ["keep"]
+        assert listed[0]["worker_pid"] == pane["worker_pid"]
+        status = await tools.wait("keep", until=["done"], timeout_s=20)
+        # The seq cursor survives the restart: it continues from the worker's record.
+        assert status["seq"] == done["seq"] and status["turn"] == 1
+        assert status["lifecycle"] == "running"
+        await tools.call("send_input", name="keep", text="after the restart")
+        again = await tools.wait("keep", after=done["seq"], until=["done"])
+        assert again["turn"] == 2
+        text = (await tools.call("read_output", name="keep", scrollback=True))["text"]
+        assert "reply: before the crash" in text and "reply: after the restart" in text
+        await tools.call("remove_pane", name="keep")
+    assert not (state_dir / "panes" / "keep.json").exists()
+    for pid in (pane["worker_pid"], pane["pid"]):
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
