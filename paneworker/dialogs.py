@@ -1,36 +1,114 @@
 """Dialog recognisers: read a permission dialog off the screen and plan the keys.
 
-A recogniser sees the whole visible screen and returns the exact bytes that
-answer ``allow_once`` or ``deny_once``, or refuses with a typed error. It never
-plans a rule-creating option ("always allow", "trust", …). Agents without a
-measured recogniser (``generic`` included) never have a dialog answered.
+A recogniser sees the whole visible screen (text, and styled cells where the
+highlight is a colour) and returns the exact bytes that answer ``allow_once`` or
+``deny_once``, or refuses with ``dialog_unrecognized``. It never plans a
+rule-creating option ("always allow", "trust", "don't ask again", Devin's bypass):
+those labels are never the target of a plan and Enter is only planned while the
+focus is on the target.
+
+A plan is one or more *steps*; each step's bytes are written in a loop step of
+their own. When a plan has several steps (arrows, then Enter), the request handler
+re-runs the recogniser on the fresh screen before each later step and refuses with
+``dialog_changed`` unless the dialog's fingerprint is unchanged and the focus moved
+as planned. The fingerprint leaves out the focus marker, so moving the focus does
+not change it; any other change (another command, other options) does.
+
+What each recogniser rests on (``docs/operations-agents.md`` has the full table):
+
+- ``demo``: the bundled demo agent's dialog (design §11), measured by the e2e tests.
+- ``opencode``: OpenCode 2.2.7 as measured by OpenAB Shepherd (``Allow once`` is
+  highlighted by a background colour only); not recorded here.
+- ``kiro``, ``devin``: inferred from public descriptions of their screens; the
+  keys are the ones the dialogs' own hints name (arrows, Enter).
+- ``claude``: only the folder-trust prompt, measured (``tests/captured/claude``):
+  Esc declines it (and Claude Code exits); trusting is rule-creating and refused.
+- ``codex``, ``generic`` and every other kind: always refuse.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from paneworker.terminal import Cell, Terminal
 from protocol.errors import ErrorCode, PanewardenError
 
 ENTER = b"\r"
 ESC = b"\x1b"
 
+ALLOW_ONCE = "allow_once"
+DENY_ONCE = "deny_once"
+
+
+@dataclass(frozen=True)
+class DialogScreen:
+    """What a recogniser may look at: the visible rows and their styled cells."""
+
+    lines: tuple[str, ...]
+    cell_rows: Callable[[int], Sequence[Cell]]
+    application_cursor_keys: bool = False
+
+    @classmethod
+    def from_terminal(cls, terminal: Terminal) -> DialogScreen:
+        """A view of ``terminal``'s visible screen as it is now."""
+        return cls(
+            lines=tuple(terminal.display_lines()),
+            cell_rows=terminal.cells,
+            application_cursor_keys=terminal.application_cursor_keys,
+        )
+
+    def cells(self, row: int) -> Sequence[Cell]:
+        """Styled cells of a visible row (a wide character's second cell is ``""``)."""
+        return self.cell_rows(row)
+
+    def arrow(self, direction: str) -> bytes:
+        """The bytes of an arrow key (``A`` up, ``B`` down) in the program's cursor-key mode."""
+        return (b"\x1bO" if self.application_cursor_keys else b"\x1b[") + direction.encode()
+
 
 @dataclass(frozen=True)
 class DialogPlan:
-    """The keys to press and the dialog text they were planned against."""
+    """The keys to press, one loop step per entry, and the dialog they were planned on."""
 
-    keys: bytes
+    steps: tuple[bytes, ...]
     fingerprint: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        if not self.steps or not all(self.steps):
+            raise ValueError("a plan has at least one step and no empty step")
 
-Recogniser = Callable[[Sequence[str], str], DialogPlan]
+    @property
+    def keys(self) -> bytes:
+        """The bytes of the first step."""
+        return self.steps[0]
 
 
-def _demo(lines: Sequence[str], answer: str) -> DialogPlan:
+Recogniser = Callable[[DialogScreen, str], DialogPlan]
+
+
+def _refuse(message: str) -> PanewardenError:
+    return PanewardenError(ErrorCode.DIALOG_UNRECOGNIZED, message + "; nothing was sent")
+
+
+def _norm(text: str) -> str:
+    """Lower-cased with runs of whitespace collapsed, for comparing labels."""
+    return " ".join(text.split()).lower()
+
+
+def _navigate(screen: DialogScreen, focus: int, target: int) -> tuple[bytes, ...]:
+    """Arrow presses from ``focus`` to ``target`` (one step each), then Enter."""
+    arrow = screen.arrow("B" if target > focus else "A")
+    return (arrow,) * abs(target - focus) + (ENTER,)
+
+
+# ---------------------------------------------------------------- demo
+
+
+def _demo(screen: DialogScreen, answer: str) -> DialogPlan:
     """The bundled demo agent's dialog (design §11), matched line by line."""
-    stripped = [line.rstrip() for line in lines]
+    stripped = [line.rstrip() for line in screen.lines]
     for top, line in enumerate(stripped):
         if line.strip() != "Permission required":
             continue
@@ -49,28 +127,242 @@ def _demo(lines: Sequence[str], answer: str) -> DialogPlan:
             continue
         marks = [row.lstrip()[:1] == "›" for row in (allow, always, deny)]
         fingerprint = tuple(block)
-        if answer == "deny_once":
-            return DialogPlan(ESC, fingerprint)
+        if answer == DENY_ONCE:
+            return DialogPlan((ESC,), fingerprint)
         if marks == [True, False, False]:
-            return DialogPlan(ENTER, fingerprint)
-        raise PanewardenError(
-            ErrorCode.DIALOG_UNRECOGNIZED,
-            "the dialog's highlight is not on 'Allow once'; nothing was sent",
+            return DialogPlan((ENTER,), fingerprint)
+        raise _refuse("the dialog's highlight is not on 'Allow once'")
+    raise _refuse("no complete demo permission dialog is on screen")
+
+
+# ---------------------------------------------------------------- opencode
+
+_OC_TITLE = "△ Permission required"
+_OC_LABELS = ("Allow once", "Always allow", "Reject")
+_OC_BORDER = " \t┃│▌▐|"
+
+
+def _text_columns(cells: Sequence[Cell]) -> tuple[str, list[int]]:
+    """A row's text and, for each character of it, the column of its cell."""
+    chars: list[str] = []
+    columns: list[int] = []
+    for column, cell in enumerate(cells):
+        for char in cell.char:
+            chars.append(char)
+            columns.append(column)
+    return "".join(chars), columns
+
+
+def _occurrences(line: str, label: str) -> list[int]:
+    return [m.start() for m in re.finditer(re.escape(label), line)]
+
+
+def _opencode(screen: DialogScreen, answer: str) -> DialogPlan:
+    """OpenCode's permission dialog; ``allow_once`` needs the highlight read from colours."""
+    lines = screen.lines
+    titles = [row for row, line in enumerate(lines) if _OC_TITLE in line]
+    if len(titles) != 1:
+        raise _refuse("no single OpenCode 'Permission required' dialog is on screen")
+    top = titles[0]
+    command_row = next(
+        (row for row in range(top + 1, len(lines)) if lines[row].strip(_OC_BORDER)), None
+    )
+    if command_row is None or not lines[command_row].strip(_OC_BORDER).startswith(
+        ("$ ", "→ Edit ")
+    ):
+        raise _refuse("the OpenCode dialog shows no '$ command' or '→ Edit path' line")
+    found: list[tuple[int, int]] = []
+    for label in _OC_LABELS:
+        spots = [
+            (row, index)
+            for row in range(top, len(lines))
+            for index in _occurrences(lines[row], label)
+        ]
+        if len(spots) != 1:
+            raise _refuse(f"the OpenCode dialog does not show '{label}' exactly once")
+        found.append(spots[0])
+    if found != sorted(found) or found[0][0] <= command_row:
+        raise _refuse("the OpenCode dialog's options are not Allow once, Always allow, Reject")
+    hint_row = next(
+        (row for row in range(found[-1][0], len(lines)) if "ctrl+f" in lines[row]), None
+    )
+    if hint_row is None:
+        raise _refuse("the OpenCode dialog shows no 'ctrl+f' hint")
+    fingerprint = tuple(lines[top : hint_row + 1])
+    if answer == DENY_ONCE:
+        # Measured by Shepherd: Esc cancels exactly like Reject.
+        return DialogPlan((ESC,), fingerprint)
+    allow, always, reject = (
+        _label_background(screen, row, index, label)
+        for (row, index), label in zip(found, _OC_LABELS, strict=True)
+    )
+    if allow == "default":
+        raise _refuse("'Allow once' has the default background, so it is not highlighted")
+    if always != reject or allow == always:
+        raise _refuse("the highlight is not on 'Allow once' alone")
+    return DialogPlan((ENTER,), fingerprint)
+
+
+def _label_background(screen: DialogScreen, row: int, index: int, label: str) -> str:
+    """The one background of a label's cells; refuses on reverse video or mixed colours."""
+    cells = screen.cells(row)
+    text, columns = _text_columns(cells)
+    if text.rstrip() != screen.lines[row] or text[index : index + len(label)] != label:
+        raise _refuse("the screen's text and its cells disagree")
+    picked = [cells[columns[index + k]] for k in range(len(label))]
+    if any(cell.reverse for cell in picked):
+        raise _refuse(f"'{label}' is drawn in reverse video")
+    backgrounds = {cell.bg for cell in picked}
+    if len(backgrounds) != 1:
+        raise _refuse(f"'{label}' has mixed backgrounds")
+    return backgrounds.pop()
+
+
+# ---------------------------------------------------------------- kiro
+
+_KIRO_TITLE = re.compile(r"^\s*(\S.*?)\s+requires approval\s*$")
+_KIRO_ALLOW = "yes, single permission"
+_KIRO_DENY = "no (tab to edit)"
+_KIRO_OPTIONS = frozenset(
+    {
+        _KIRO_ALLOW,
+        _KIRO_DENY,
+        "trust, always allow",
+        "trust, always allow in this session",
+        "trust, allow all for this session",
+    }
+)
+_KIRO_FOCUS = "❯"
+# Shepherd refused these kinds on kiro-cli 3.3.0; we keep refusing them.
+_KIRO_REFUSED_TOOLS = ("web_search", "web search")
+
+
+def _kiro(screen: DialogScreen, answer: str) -> DialogPlan:
+    """Kiro's tool approval: a focus marker on a list, moved with arrows, chosen with Enter."""
+    lines = screen.lines
+    titles = [row for row, line in enumerate(lines) if _KIRO_TITLE.match(line)]
+    if len(titles) != 1:
+        raise _refuse("no single Kiro '… requires approval' dialog is on screen")
+    top = titles[0]
+    title = _norm(lines[top])
+    if any(tool in title for tool in _KIRO_REFUSED_TOOLS):
+        raise _refuse("Kiro web search approvals are not answered")
+    labels: list[str] = []
+    focus: list[int] = []
+    row = top + 1
+    while row < len(lines):
+        text = lines[row].strip()
+        focused = text.startswith(_KIRO_FOCUS)
+        label = _norm(text.removeprefix(_KIRO_FOCUS))
+        if label not in _KIRO_OPTIONS:
+            break
+        if focused:
+            focus.append(len(labels))
+        labels.append(label)
+        row += 1
+    hint_row = next(
+        (r for r in range(row, min(row + 3, len(lines))) if "esc to close" in lines[r].lower()),
+        None,
+    )
+    # Only blank rows or a horizontal rule may sit between the options and the hint.
+    between = [lines[r] for r in range(row, hint_row if hint_row is not None else row)]
+    if hint_row is None or any(line.strip() and "─" not in line for line in between):
+        raise _refuse("the Kiro dialog's options are not followed by its 'esc to close' hint")
+    single = labels.count(_KIRO_ALLOW) == 1 and labels.count(_KIRO_DENY) == 1
+    if not single or len(set(labels)) != len(labels):
+        raise _refuse("the Kiro dialog does not offer one single-permission Yes and one No")
+    if len(focus) != 1:
+        raise _refuse("the Kiro dialog has no single focused option")
+    fingerprint = (title, *labels, _norm(lines[hint_row]))
+    target = labels.index(_KIRO_ALLOW if answer == ALLOW_ONCE else _KIRO_DENY)
+    return DialogPlan(_navigate(screen, focus[0], target), fingerprint)
+
+
+# ---------------------------------------------------------------- devin
+
+_DEVIN_OPTION = re.compile(r"^\s*([❭·])\s*(\d+)\s+(\S.*?)\s*$")
+_DEVIN_ALLOW = "yes (approve once)"
+_DEVIN_DENY = "no"
+_DEVIN_REQUEST_ROWS = 6
+
+
+def _devin(screen: DialogScreen, answer: str) -> DialogPlan:
+    """Devin's shell-command permission prompt: numbered options under a ``❭`` focus."""
+    lines = screen.lines
+    hints = [
+        row
+        for row, line in enumerate(lines)
+        if all(word in line.lower() for word in ("select", "confirm", "esc cancel"))
+    ]
+    if len(hints) != 1:
+        raise _refuse("no single Devin permission prompt is on screen")
+    hint_row = hints[0]
+    parsed: list[tuple[str, int, str]] = []
+    row = hint_row - 1
+    while row >= 0 and (match := _DEVIN_OPTION.match(lines[row])):
+        parsed.append((match[1], int(match[2]), _norm(match[3])))
+        row -= 1
+    parsed.reverse()
+    if [number for _, number, _ in parsed] != list(range(1, len(parsed) + 1)):
+        raise _refuse("the Devin prompt's options are not numbered 1..n above its hint")
+    labels = [label for _, _, label in parsed]
+    focus = [index for index, (mark, _, _) in enumerate(parsed) if mark == "❭"]
+    request = [_norm(lines[r]) for r in range(max(0, row - _DEVIN_REQUEST_ROWS + 1), row + 1)]
+    if not any("$ " in line for line in request):
+        # Shepherd measured shell-command prompts only.
+        raise _refuse("the Devin prompt is not about a shell command")
+    if labels.count(_DEVIN_ALLOW) != 1 or labels.count(_DEVIN_DENY) != 1:
+        raise _refuse("the Devin prompt does not offer one 'Yes (Approve once)' and one 'No'")
+    if len(focus) != 1:
+        raise _refuse("the Devin prompt has no single focused option")
+    fingerprint = (*[line for line in request if line], *labels, _norm(lines[hint_row]))
+    target = labels.index(_DEVIN_ALLOW if answer == ALLOW_ONCE else _DEVIN_DENY)
+    return DialogPlan(_navigate(screen, focus[0], target), fingerprint)
+
+
+# ---------------------------------------------------------------- claude
+
+_CLAUDE_TRUST_OPTIONS = ("no, exit", "yes, i trust this folder")
+_CLAUDE_TRUST_HINT = "enter to confirm · esc to cancel"
+
+
+def _claude(screen: DialogScreen, answer: str) -> DialogPlan:
+    """Claude Code's folder-trust prompt only (its tool dialogs are not measured)."""
+    rows = [row for row, line in enumerate(screen.lines) if line.strip()]
+    texts = [_norm(screen.lines[row].strip().removeprefix("❯")) for row in rows]
+    shaped = (
+        len(texts) >= 4
+        and texts[-1] == _CLAUDE_TRUST_HINT
+        and tuple(texts[-3:-1]) == _CLAUDE_TRUST_OPTIONS
+        and "accessing workspace:" in texts
+    )
+    if not shaped:
+        raise _refuse(
+            "only Claude Code's folder-trust prompt is recognised (tool dialogs: unmeasured)"
         )
-    raise PanewardenError(
-        ErrorCode.DIALOG_UNRECOGNIZED, "no complete demo permission dialog is on screen"
-    )
+    if answer == ALLOW_ONCE:
+        raise _refuse("trusting a folder is rule-creating and is never selected")
+    top = texts.index("accessing workspace:")
+    # Measured (tests/captured/claude/startup): Esc declines and Claude Code exits.
+    return DialogPlan((ESC,), tuple(texts[top:]))
 
 
-def _unmeasured(lines: Sequence[str], answer: str) -> DialogPlan:
-    raise PanewardenError(
-        ErrorCode.DIALOG_UNRECOGNIZED,
-        "this pane's agent kind has no measured dialog recogniser; nothing was sent",
-    )
+def _unmeasured(screen: DialogScreen, answer: str) -> DialogPlan:
+    raise _refuse("this pane's agent kind has no measured dialog recogniser")
 
 
 def recogniser_for(agent: str) -> Recogniser:
-    """The recogniser for an agent kind; unmeasured kinds always refuse."""
-    if agent == "demo":
-        return _demo
-    return _unmeasured
+    """The recogniser for an agent kind; other kinds (codex, generic, …) always refuse."""
+    match agent:
+        case "demo":
+            return _demo
+        case "opencode":
+            return _opencode
+        case "kiro":
+            return _kiro
+        case "devin":
+            return _devin
+        case "claude":
+            return _claude
+        case _:
+            return _unmeasured

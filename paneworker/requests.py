@@ -4,6 +4,12 @@ Each request is checked and acted on in one loop step, so a guard such as "not
 blocked" or "still at turn N" cannot go stale between the check and the write.
 Submitting a prompt is two steps: the text, then Enter on its own a moment later
 (programs that read fast input as a paste would otherwise not submit it).
+
+Answering a dialog first reads whatever output the PTY already holds, so the
+recogniser sees the newest screen, then checks and writes in the same step. A plan
+of several keys (arrows, then Enter) is pressed one key per step: before each later
+key the dialog is read again and the answer is refused with ``dialog_changed``
+unless it is the same dialog (same fingerprint) with the focus moved as planned.
 """
 
 from __future__ import annotations
@@ -14,9 +20,10 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from paneworker.dialogs import recogniser_for
+from paneworker.dialogs import DENY_ONCE, DialogPlan, DialogScreen, Recogniser, recogniser_for
 from paneworker.screenstate import Watch
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import (
@@ -45,21 +52,44 @@ log = logging.getLogger(__name__)
 ENTER_DELAY_S = 0.05
 PASTE_START = b"\x1b[200~"
 PASTE_END = b"\x1b[201~"
+# Between the keys of a multi-key dialog answer: how often the screen is looked at,
+# and how long the dialog may take to redraw after a key before the answer is dropped.
+DIALOG_POLL_S = 0.02
+DIALOG_REDRAW_TIMEOUT_S = 2.0
+# Reading pending output before a dialog check is bounded, so a program that never
+# stops writing cannot hold the loop.
+DRAIN_MAX_READS = 16
+
+
+@dataclass
+class _DialogAnswer:
+    """A dialog answer whose keys are still being pressed, one loop step per key."""
+
+    rid: int
+    answer: str
+    recogniser: Recogniser
+    turn: int
+    fingerprint: tuple[str, ...]
+    remaining: int = 0
+    generation: int = -1
+    deadline: float = 0.0
 
 
 class RequestHandler:
     """Dispatches ``ToWorker`` requests and runs the delayed steps they schedule."""
 
-    def __init__(self, worker: PaneWorker) -> None:
+    def __init__(self, worker: PaneWorker, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.w = worker
+        self._clock = clock
         self._due: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
+        self._dialog: _DialogAnswer | None = None
 
     # ------------------------------------------------------------ scheduling
 
     def next_deadline(self) -> float:
         """When the earliest delayed step is due (far future when none)."""
-        return self._due[0][0] if self._due else time.monotonic() + 3600.0
+        return self._due[0][0] if self._due else self._clock() + 3600.0
 
     def run_due(self, now: float) -> None:
         """Run every delayed step whose time has come."""
@@ -68,7 +98,7 @@ class RequestHandler:
             step()
 
     def _later(self, delay_s: float, step: Callable[[], None]) -> None:
-        heapq.heappush(self._due, (time.monotonic() + delay_s, next(self._order), step))
+        heapq.heappush(self._due, (self._clock() + delay_s, next(self._order), step))
 
     # ------------------------------------------------------------ dispatch
 
@@ -140,7 +170,7 @@ class RequestHandler:
     def _write_input(self, msg: WriteInput) -> None:
         self._running_program()
         status = self.w.screen.status
-        if status.state == "blocked":
+        if status.state == "blocked" or self._dialog is not None:
             raise PanewardenError(
                 ErrorCode.PANE_BLOCKED,
                 f"the pane is waiting on a {status.kind} dialog; answer it first",
@@ -190,6 +220,11 @@ class RequestHandler:
         )
 
     def _answer_dialog(self, msg: AnswerDialog) -> None:
+        if self._dialog is not None:
+            raise PanewardenError(
+                ErrorCode.DIALOG_CHANGED, "another answer to this dialog is still being pressed"
+            )
+        self._drain_output()
         self._running_program()
         status = self.w.screen.status
         if status.state != "blocked":
@@ -200,11 +235,88 @@ class RequestHandler:
                 ErrorCode.DIALOG_UNRECOGNIZED,
                 f"only permission dialogs are answered; this one is a {status.kind} dialog",
             )
-        plan = recogniser_for(self.w.boot.agent)(self.w.screen.terminal.display_lines(), msg.answer)
-        if msg.answer == "deny_once":
-            status.note_cancel()
-        rid = msg.rid
-        self._queue(plan.keys, lambda: self._ok(rid))
+        recogniser = recogniser_for(self.w.boot.agent)
+        plan = recogniser(self._dialog_screen(), msg.answer)
+        job = _DialogAnswer(msg.rid, msg.answer, recogniser, status.turn, plan.fingerprint)
+        self._press(job, plan)
+
+    def _dialog_screen(self) -> DialogScreen:
+        return DialogScreen.from_terminal(self.w.screen.terminal)
+
+    def _drain_output(self) -> None:
+        """Feed what the program already wrote, so checks see the newest screen."""
+        prog = self.w.program
+        for _ in range(DRAIN_MAX_READS):
+            if prog is None or prog.eof:
+                return
+            data = prog.read()
+            if not data:
+                return
+            self.w.screen.feed(data)
+
+    def _press(self, job: _DialogAnswer, plan: DialogPlan) -> None:
+        """Write the plan's first key; the last one completes the request."""
+        if len(plan.steps) == 1:
+            self._dialog = None
+            if job.answer == DENY_ONCE:
+                self.w.screen.status.note_cancel()
+            rid = job.rid
+            self._queue(plan.keys, lambda: self._ok(rid))
+            return
+        self._dialog = job
+        job.remaining = len(plan.steps) - 1
+        job.generation = self.w.screen.terminal.text_generation
+        job.deadline = self._clock() + DIALOG_REDRAW_TIMEOUT_S
+        self._queue(plan.keys)
+        self._later(DIALOG_POLL_S, lambda: self._continue_dialog(job))
+
+    def _continue_dialog(self, job: _DialogAnswer) -> None:
+        try:
+            self._next_dialog_key(job)
+        except PanewardenError as exc:
+            self._dialog = None
+            self.w.link.send(Failed(rid=job.rid, code=exc.code.value, message=exc.message))
+
+    def _next_dialog_key(self, job: _DialogAnswer) -> None:
+        """Re-read the dialog; press the next key only if it is the same dialog, as planned."""
+        self._drain_output()
+        self._running_program()
+        status = self.w.screen.status
+        if status.state != "blocked" or status.kind != "permission" or status.turn != job.turn:
+            raise PanewardenError(
+                ErrorCode.DIALOG_CHANGED,
+                "the pane left the dialog before the answer was complete; no further key was sent",
+            )
+        generation = self.w.screen.terminal.text_generation
+        if generation != job.generation:
+            job.generation = generation
+            try:
+                plan = job.recogniser(self._dialog_screen(), job.answer)
+            except PanewardenError as exc:
+                raise PanewardenError(
+                    ErrorCode.DIALOG_CHANGED,
+                    "the dialog changed while it was being answered; no further key was sent",
+                ) from exc
+            if plan.fingerprint != job.fingerprint:
+                raise PanewardenError(
+                    ErrorCode.DIALOG_CHANGED,
+                    "another dialog replaced the one being answered; no further key was sent",
+                )
+            if len(plan.steps) == job.remaining:
+                self._press(job, plan)
+                return
+            if len(plan.steps) != job.remaining + 1:
+                raise PanewardenError(
+                    ErrorCode.DIALOG_CHANGED,
+                    "the dialog's focus did not move as planned; no further key was sent",
+                )
+            # Something else on screen changed; the focus has not moved yet.
+        if self._clock() >= job.deadline:
+            raise PanewardenError(
+                ErrorCode.DIALOG_CHANGED,
+                "the dialog did not react to the last key in time; no further key was sent",
+            )
+        self._later(DIALOG_POLL_S, lambda: self._continue_dialog(job))
 
     def _watch(self, msg: WatchOutput) -> None:
         compiled: re.Pattern[str] | None = None

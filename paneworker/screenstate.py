@@ -3,17 +3,26 @@
 Bytes from the PTY go through the terminal emulator; OSC 7501 reports update the
 status machine; output watches are matched against the visible screen.
 Replies the terminal owes the program (query answers) are queued on the PTY.
+
+Where the program sends no OSC 7501 root record, the agent kind's screen rules
+(:mod:`paneworker.screen_rules`) decide the state instead, from ``after_step``:
+only when the visible text changed, at most every ``RULES_INTERVAL_S``, and only
+once the same decision was seen on two evaluations in a row, so a frame caught
+half-drawn never flips the status on its own. The OSC record always wins while
+it exists; ``source`` says which one decided.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from paneworker.osc7501 import StatusReport
 from paneworker.program import Program
+from paneworker.screen_rules import Decision, RuleSet, bundled_rules, classify
 from paneworker.status import StatusMachine
 from paneworker.terminal import Terminal
 from protocol.boot import BootRecord
@@ -22,6 +31,9 @@ from protocol.messages import OutputMatch, Status, ToSupervisor
 log = logging.getLogger(__name__)
 
 MAX_TEXT_CHARS = 900_000
+# Screen rules run at most this often: a spinner redraws many times a second and a
+# decision is only needed at human speed.
+RULES_INTERVAL_S = 0.1
 
 
 @dataclass
@@ -43,13 +55,43 @@ class Watch:
         return None
 
 
+@dataclass
+class _RulesProgress:
+    """Where the screen rules are: last screen read, decision waiting for a second look."""
+
+    generation: int = -1
+    due: float = 0.0
+    pending: tuple[str, str | None] | None = None
+    applied: tuple[str, str | None] | None = None
+
+    def reset(self) -> None:
+        self.generation = -1
+        self.pending = None
+        self.applied = None
+
+
 class ScreenState:
     """Emulator + status machine + watches for one pane."""
 
-    def __init__(self, boot: BootRecord, send: Callable[[ToSupervisor], object]) -> None:
+    def __init__(
+        self,
+        boot: BootRecord,
+        send: Callable[[ToSupervisor], object],
+        *,
+        rules: RuleSet | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``rules`` default to the bundled rules for ``boot.agent``.
+
+        Raises:
+            RulesError: the bundled rules file is broken (a packaging bug).
+        """
         self._send = send
         self._pane = boot.pane
         self.status = StatusMachine()
+        self.rules = rules if rules is not None else bundled_rules(boot.agent)
+        self._clock = clock
+        self._rules = _RulesProgress()
         self.program: Program | None = None
         self._report_seen = False
         self.terminal = Terminal(
@@ -61,6 +103,7 @@ class ScreenState:
         )
         self.watches: dict[int, Watch] = {}
         self._watched_generation = -1
+        self.last_decision: Decision | None = None
 
     def attach(self, program: Program | None) -> None:
         """Connect the PTY that query answers are written to."""
@@ -98,7 +141,45 @@ class ScreenState:
             self._send(Status(status=self.status.snapshot()))
 
     def after_step(self) -> None:
-        """Hook run once per loop step (reserved for screen rules)."""
+        """Run once per loop step: let the screen rules decide when OSC 7501 does not."""
+        if not self.rules.rules or self.status.lifecycle != "running":
+            return
+        progress = self._rules
+        if self.terminal.records.root is not None:
+            # The program reports its own state. Forget the screen's view, so that
+            # when the record goes away the screen is read afresh.
+            progress.reset()
+            return
+        now = self._clock()
+        generation = self.terminal.text_generation
+        if generation == progress.generation and progress.pending is None:
+            return
+        if now < progress.due:
+            return
+        progress.due = now + RULES_INTERVAL_S
+        progress.generation = generation
+        decision = classify(self.rules, self.terminal.display_lines())
+        self.last_decision = decision
+        key = (decision.state, decision.kind)
+        if key == progress.applied:
+            progress.pending = None
+            return
+        if key != progress.pending:
+            progress.pending = key
+            return
+        progress.pending = None
+        progress.applied = key
+        if self.status.apply(decision.state, decision.kind, "screen"):
+            self._send(Status(status=self.status.snapshot()))
+
+    def rules_deadline(self) -> float | None:
+        """When ``after_step`` next has screen-rule work, or None (for the loop's timeout)."""
+        progress = self._rules
+        if not self.rules.rules or self.terminal.records.root is not None:
+            return None
+        if progress.pending is None and progress.generation == self.terminal.text_generation:
+            return None
+        return progress.due
 
     # ------------------------------------------------------------ text
 

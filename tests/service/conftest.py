@@ -137,8 +137,8 @@ class Service:
         with contextlib.suppress(psutil.NoSuchProcess):
             self.descendants |= set(psutil.Process(self.proc.pid).children(recursive=True))
 
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        """Stop the service; returns its exit status. Kills anything it left behind."""
+    def stop(self, signum: int = signal.SIGTERM, *, reap: bool = True) -> int:
+        """Stop the service; returns its exit status. ``reap`` also kills what it left."""
         if self.proc is None:
             return 0
         self.remember_children()
@@ -149,11 +149,16 @@ class Service:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             code = self.proc.wait(timeout=STOP_TIMEOUT_S)
+        if reap:
+            self.reap()
+        return code
+
+    def reap(self) -> None:
+        """Kill every descendant the service was seen with (a no-op for those gone)."""
         for child in self.descendants:
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.kill()
         psutil.wait_procs(list(self.descendants), timeout=5)
-        return code
 
 
 @dataclass

@@ -4,7 +4,6 @@ file; SIGTERM stops gracefully, closing panes unless ``--keep-panes``."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import stat
 import sys
@@ -198,8 +197,9 @@ def test_sigterm_with_keep_panes_leaves_panes_running(services: ServiceFactory) 
         args=["serve", "--http", "--host", "127.0.0.1", "--port", "0", "--keep-panes"]
     )
     pid, worker_pid = _pane_pids(service)
-    service.remember_children()  # teardown kills them after the check below
-    assert service.stop(signal.SIGTERM) == 0
-    assert _alive(pid)
-    assert _alive(worker_pid)
-    os.kill(worker_pid, signal.SIGKILL)
+    try:
+        assert service.stop(signal.SIGTERM, reap=False) == 0
+        assert _alive(pid)
+        assert _alive(worker_pid)
+    finally:
+        service.reap()

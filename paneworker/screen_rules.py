@@ -1,0 +1,264 @@
+"""Screen status rules: an agent's state read off its screen, from versioned data files.
+
+A pane whose program sends no OSC 7501 root record gets its agent state from the
+screen (design §4). The rules for each agent kind are data, not code:
+``paneworker/rules/<agent>.json`` (bundled), optionally replaced by an operator's
+file of the same name in an override directory when that file's ``version`` is
+newer than or equal to the bundled one.
+
+File format::
+
+    {"agent": "opencode", "version": 3, "rules": [
+        {"id": "...", "state": "working|idle|blocked",
+         "kind": "permission|question|auth",      # blocked only, and required there
+         "all": ["..."], "any": ["..."], "none": ["..."],
+         "region_lines": 8, "regex": "...", "note": "where the rule comes from"}]}
+
+Matching: the *region* is the bottom ``region_lines`` non-empty lines of the visible
+screen, lower-cased and joined with ``\\n``. A rule matches when every ``all``
+substring is in the region, at least one ``any`` substring is (if ``any`` is given),
+no ``none`` substring is, and ``regex`` (if given; ``re.MULTILINE``, searched in the
+same lower-cased region) finds a match. Substrings must be written lower-case. The
+first matching rule wins; no match is ``unknown`` — a screen is never guessed idle.
+
+A rule needs at least one positive condition (``all``, ``any`` or ``regex``): a rule
+made only of ``none`` would match almost any screen.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+log = logging.getLogger(__name__)
+
+RuleState = Literal["working", "idle", "blocked"]
+RuleKind = Literal["permission", "question", "auth"]
+DecidedState = Literal["working", "idle", "blocked", "unknown"]
+
+DEFAULT_REGION_LINES = 8
+MAX_REGION_LINES = 1000
+MAX_RULES_BYTES = 256 * 1024
+MAX_RULES = 256
+GENERIC = "generic"
+# Agent kinds name files: keep them to a safe, path-free shape.
+_AGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+
+
+class RulesError(ValueError):
+    """A rules file that cannot be used (bad JSON, bad field, bad regex, wrong agent)."""
+
+
+class _RuleSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    id: str
+    state: RuleState
+    kind: RuleKind | None = None
+    all: tuple[str, ...] = ()
+    any: tuple[str, ...] = ()
+    none: tuple[str, ...] = ()
+    region_lines: int = DEFAULT_REGION_LINES
+    regex: str | None = None
+    note: str = ""
+
+
+class _RulesFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    agent: str
+    version: int
+    rules: tuple[_RuleSpec, ...]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One compiled rule; see the module docstring for the matching semantics."""
+
+    id: str
+    state: RuleState
+    kind: RuleKind | None
+    all: tuple[str, ...]
+    any: tuple[str, ...]
+    none: tuple[str, ...]
+    region_lines: int
+    regex: re.Pattern[str] | None
+
+    def matches(self, region: str) -> bool:
+        """True when the (lower-cased) region satisfies every condition of the rule."""
+        if not all(needle in region for needle in self.all):
+            return False
+        if self.any and not any(needle in region for needle in self.any):
+            return False
+        if any(needle in region for needle in self.none):
+            return False
+        return self.regex is None or self.regex.search(region) is not None
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """An agent kind's ordered rules, with the version and where they were read from."""
+
+    agent: str
+    version: int
+    rules: tuple[Rule, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the rules made of a screen: the state, the blocked kind and the rule that won."""
+
+    state: DecidedState
+    kind: RuleKind | None = None
+    rule_id: str | None = None
+
+
+UNKNOWN = Decision("unknown")
+
+
+def region_text(lines: Sequence[str], region_lines: int) -> str:
+    """The bottom ``region_lines`` non-empty lines, lower-cased, joined with newlines."""
+    picked: list[str] = []
+    for line in reversed(lines):
+        if line.strip():
+            picked.append(line)
+            if len(picked) == region_lines:
+                break
+    picked.reverse()
+    return "\n".join(picked).lower()
+
+
+def classify(ruleset: RuleSet, lines: Sequence[str]) -> Decision:
+    """Apply ``ruleset`` to the visible screen ``lines``; first match wins, else unknown."""
+    regions: dict[int, str] = {}
+    for rule in ruleset.rules:
+        region = regions.get(rule.region_lines)
+        if region is None:
+            region = regions[rule.region_lines] = region_text(lines, rule.region_lines)
+        if rule.matches(region):
+            return Decision(rule.state, rule.kind, rule.id)
+    return UNKNOWN
+
+
+# ---------------------------------------------------------------- loading
+
+
+def parse_rules(data: bytes, *, agent: str, source: str) -> RuleSet:
+    """Decode and check one rules file for ``agent``.
+
+    Raises:
+        RulesError: the file is not a valid rules file for ``agent``.
+    """
+    if len(data) > MAX_RULES_BYTES:
+        raise RulesError(f"{source}: larger than {MAX_RULES_BYTES} bytes")
+    try:
+        spec = msgspec.json.decode(data, type=_RulesFile)
+    except msgspec.MsgspecError as exc:
+        raise RulesError(f"{source}: {exc}") from exc
+    if spec.agent != agent:
+        raise RulesError(f"{source}: rules are for agent {spec.agent!r}, not {agent!r}")
+    if spec.version < 1:
+        raise RulesError(f"{source}: version must be at least 1")
+    if len(spec.rules) > MAX_RULES:
+        raise RulesError(f"{source}: more than {MAX_RULES} rules")
+    seen: set[str] = set()
+    rules: list[Rule] = []
+    for rule in spec.rules:
+        if rule.id in seen:
+            raise RulesError(f"{source}: duplicate rule id {rule.id!r}")
+        seen.add(rule.id)
+        rules.append(_compile(rule, source))
+    return RuleSet(agent=agent, version=spec.version, rules=tuple(rules), source=source)
+
+
+def _compile(spec: _RuleSpec, source: str) -> Rule:
+    where = f"{source}: rule {spec.id!r}"
+    if not spec.id:
+        raise RulesError(f"{source}: a rule has an empty id")
+    if (spec.state == "blocked") != (spec.kind is not None):
+        raise RulesError(f"{where}: 'kind' is required with state blocked and only there")
+    for needle in (*spec.all, *spec.any, *spec.none):
+        if not needle:
+            raise RulesError(f"{where}: empty substring")
+        if needle != needle.lower():
+            # The region is lower-cased: an upper-case needle could never match.
+            raise RulesError(f"{where}: substring {needle!r} is not lower-case")
+    if not (spec.all or spec.any or spec.regex):
+        raise RulesError(f"{where}: needs 'all', 'any' or 'regex'")
+    if not 1 <= spec.region_lines <= MAX_REGION_LINES:
+        raise RulesError(f"{where}: region_lines must be 1..{MAX_REGION_LINES}")
+    pattern: re.Pattern[str] | None = None
+    if spec.regex is not None:
+        try:
+            pattern = re.compile(spec.regex, re.MULTILINE)
+        except re.error as exc:
+            raise RulesError(f"{where}: bad regex: {exc}") from exc
+    return Rule(
+        id=spec.id,
+        state=spec.state,
+        kind=spec.kind,
+        all=spec.all,
+        any=spec.any,
+        none=spec.none,
+        region_lines=spec.region_lines,
+        regex=pattern,
+    )
+
+
+def bundled_rules(agent: str) -> RuleSet:
+    """The rules shipped with panewarden; an agent kind without a file gets ``generic``.
+
+    Raises:
+        RulesError: a bundled file is broken (a packaging bug, caught by the tests).
+    """
+    name = agent if _AGENT_NAME.match(agent) else GENERIC
+    package = resources.files("paneworker").joinpath("rules")
+    resource = package.joinpath(f"{name}.json")
+    if not resource.is_file():
+        name = GENERIC
+        resource = package.joinpath(f"{GENERIC}.json")
+    return parse_rules(resource.read_bytes(), agent=name, source=f"bundled {name}.json")
+
+
+def load_rules(agent: str, override_dir: Path | None = None) -> RuleSet:
+    """The rules for ``agent``: the bundled file, or ``override_dir/<agent>.json``.
+
+    The override replaces the bundled rules when it is valid and its ``version`` is
+    newer than or equal to the bundled one; otherwise it is logged and ignored, so a
+    bad operator file never leaves a pane without rules.
+
+    Raises:
+        RulesError: a bundled file is broken.
+    """
+    bundled = bundled_rules(agent)
+    if override_dir is None or not _AGENT_NAME.match(agent):
+        return bundled
+    path = override_dir / f"{agent}.json"
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return bundled
+    except OSError as exc:
+        log.warning("screen rules override %s unreadable (%s); using the bundled rules", path, exc)
+        return bundled
+    try:
+        override = parse_rules(data, agent=agent, source=str(path))
+    except RulesError as exc:
+        log.warning("screen rules override refused: %s; using the bundled rules", exc)
+        return bundled
+    if bundled.agent != agent:
+        # No bundled file for this kind (it fell back to generic): the override is all there is.
+        return override
+    if override.version < bundled.version:
+        log.warning(
+            "screen rules override %s is version %d, older than the bundled %d; ignored",
+            path,
+            override.version,
+            bundled.version,
+        )
+        return bundled
+    return override

@@ -1,0 +1,149 @@
+"""Real coding CLIs (installed from npm by .ci/run) in panes: screen, status, cleanup.
+
+Each CLI starts offline with a fresh HOME and an empty git repository as cwd, as a
+new user's would. The tests skip with a clear message when the pinned CLIs are not
+installed (run ``bash tests/realcli/install.sh .npm-cli``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+from mcp import Client
+
+from tests.conftest import REPO, Tools, stdio_params
+
+pytestmark = pytest.mark.anyio
+
+PREFIX = Path(os.environ.get("PANEWARDEN_CLI_PREFIX", REPO / ".npm-cli"))
+VERSIONS = json.loads((Path(__file__).parent / "versions.json").read_text())
+
+
+def _bin(package: str) -> Path:
+    path = PREFIX / VERSIONS[package]["path"]
+    if not path.exists():
+        pytest.skip(f"{package} is not installed: run `bash tests/realcli/install.sh {PREFIX}`")
+    return path
+
+
+def _procs_of(home: Path) -> list[psutil.Process]:
+    """Every live process whose HOME is ``home`` (the CLI and anything it started)."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.environ().get("HOME") == str(home) and proc.status() != "zombie":
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture
+async def cli_env(tmp_path: Path) -> AsyncIterator[tuple[Tools, Path]]:
+    home = tmp_path / "home"
+    work = tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    (home / ".claude.json").write_text('{"hasCompletedOnboarding": true}')
+    profiles: dict[str, Any] = {"profiles": []}
+    for name, package, agent, extra in (
+        ("claude", "@anthropic-ai/claude-code", "claude", []),
+        ("codex", "@openai/codex", "codex", []),
+        ("opencode", "opencode-ai", "opencode", []),
+    ):
+        path = PREFIX / VERSIONS[package]["path"]
+        profiles["profiles"].append(
+            {
+                "name": name,
+                "agent": agent,
+                "argv": [str(path), *extra],
+                "cwds": [str(work)],
+                "env": {"HOME": str(home)},
+            }
+        )
+    pfile = tmp_path / "profiles.json"
+    pfile.write_text(json.dumps(profiles))
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    try:
+        async with Client(stdio_params(state, PANEWARDEN_PROFILES=str(pfile))) as client:
+            yield Tools(client), home
+    finally:
+        for proc in _procs_of(home):
+            proc.kill()
+
+
+async def _assert_cleanup(tools: Tools, name: str, home: Path) -> None:
+    await tools.call("remove_pane", name=name)
+    deadline = time.monotonic() + 5
+    while (left := _procs_of(home)) and time.monotonic() < deadline:
+        await anyio.sleep(0.05)
+    assert not left, f"processes left behind: {[p.cmdline() for p in left]}"
+
+
+async def test_claude_trust_prompt_reads_blocked(cli_env: tuple[Tools, Path]) -> None:
+    _bin("@anthropic-ai/claude-code")
+    tools, home = cli_env
+    await tools.call("start_pane", name="claude", profile="claude")
+    match = await tools.call(
+        "wait_output", name="claude", pattern="trust this folder", timeout_s=60
+    )
+    assert match["matched"], "the folder-trust prompt never showed"
+    status = await tools.wait("claude", until=["blocked", "idle", "done"], timeout_s=30)
+    # Claude turns its OSC 7501 reports on because the pane echoes the probe.
+    assert (status["state"], status["kind"], status["source"]) == (
+        "blocked",
+        "permission",
+        "osc7501",
+    )
+    text = (await tools.call("read_output", name="claude"))["text"]
+    assert "Yes, I trust this folder" in text and "\x1b" not in text
+    await _assert_cleanup(tools, "claude", home)
+
+
+async def test_codex_sign_in_reads_blocked_and_its_daemon_dies(cli_env: tuple[Tools, Path]) -> None:
+    _bin("@openai/codex")
+    tools, home = cli_env
+    await tools.call("start_pane", name="codex", profile="codex")
+    match = await tools.call(
+        "wait_output", name="codex", pattern="Sign in with ChatGPT", timeout_s=60
+    )
+    assert match["matched"]
+    status = await tools.wait("codex", until=["blocked", "idle", "done"], timeout_s=30)
+    assert (status["state"], status["kind"]) == ("blocked", "auth"), status
+    assert status["source"] == "screen"
+    # Codex starts a managed app-server daemon in its own session; it must not survive.
+    deadline = time.monotonic() + 20
+    daemons: list[psutil.Process] = []
+    while time.monotonic() < deadline:
+        daemons = [p for p in _procs_of(home) if "app-server" in " ".join(p.cmdline())]
+        if daemons:
+            break
+        await anyio.sleep(0.1)
+    assert daemons, "codex started no app-server daemon this time"
+    pane_pid = (await tools.call("list_panes"))["panes"][0]["pid"]
+    assert all(os.getsid(p.pid) != pane_pid for p in daemons)  # escaped the pane's session
+    await _assert_cleanup(tools, "codex", home)
+
+
+async def test_opencode_home_screen_reads_idle(cli_env: tuple[Tools, Path]) -> None:
+    _bin("opencode-ai")
+    tools, home = cli_env
+    await tools.call("start_pane", name="oc", profile="opencode")
+    match = await tools.call("wait_output", name="oc", pattern="Ask anything", timeout_s=90)
+    assert match["matched"]
+    status = await tools.wait("oc", until=["idle", "blocked", "done"], timeout_s=30)
+    assert status["state"] == "idle", status
+    text = (await tools.call("read_output", name="oc"))["text"]
+    assert "ctrl+p commands" in text
+    await _assert_cleanup(tools, "oc", home)
