@@ -25,7 +25,8 @@ CHUNK = 4096
 
 def _streams() -> dict[str, bytes]:
     captured = b"".join(p.read_bytes() for p in sorted((ROOT / "tests/captured").glob("*/*.bin")))
-    text = b"".join(b"line %06d: the quick brown fox jumps over the lazy dog\r\n" % i for i in range(20000))
+    line = b"line %06d: the quick brown fox jumps over the lazy dog\r\n"
+    text = b"".join(line % i for i in range(20000))
     return {"recorded-cli": captured * 4, "plain-text": text}
 
 

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
-import anyio
 import psutil
 import pytest
 from mcp import Client
 
-from tests.conftest import Tools, stdio_params
+from tests.conftest import Tools, eventually, stdio_params
 
 pytestmark = pytest.mark.anyio
 
@@ -27,10 +25,7 @@ async def test_a_new_supervisor_readopts_a_killed_ones_panes(state_dir: Path) ->
         supervisor = psutil.Process(pane["worker_pid"]).ppid()
         # A crash: no graceful stop, so the worker keeps running, orphaned.
         os.kill(supervisor, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while psutil.pid_exists(supervisor) and psutil.Process(supervisor).status() != "zombie":
-            assert time.monotonic() < deadline
-            await anyio.sleep(0.01)
+        assert await eventually(lambda: _gone(supervisor), timeout_s=10)
     assert psutil.pid_exists(pane["worker_pid"]) and psutil.pid_exists(pane["pid"])
 
     async with Client(stdio_params(state_dir)) as client:
@@ -50,4 +45,11 @@ async def test_a_new_supervisor_readopts_a_killed_ones_panes(state_dir: Path) ->
         await tools.call("remove_pane", name="keep")
     assert not (state_dir / "panes" / "keep.json").exists()
     for pid in (pane["worker_pid"], pane["pid"]):
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+        assert await eventually(lambda pid=pid: _gone(pid), timeout_s=5)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -78,9 +78,7 @@ def _read_boundaries(recording: Path, upto: int) -> list[int]:
 
 def _replay(golden: Golden, pieces: list[bytes]) -> Terminal:
     reports: list[StatusReport] = []
-    term = Terminal(
-        golden.cols, golden.rows, reply=lambda _data: None, on_report=reports.append
-    )
+    term = Terminal(golden.cols, golden.rows, reply=lambda _data: None, on_report=reports.append)
     for piece in pieces:
         term.feed(piece)
     return term

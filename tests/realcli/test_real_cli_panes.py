@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,7 @@ import psutil
 import pytest
 from mcp import Client
 
-from tests.conftest import REPO, Tools, stdio_params
+from tests.conftest import REPO, Tools, eventually, stdio_params
 
 pytestmark = pytest.mark.anyio
 
@@ -53,7 +51,7 @@ async def cli_env(tmp_path: Path) -> AsyncIterator[tuple[Tools, Path]]:
     work = tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    await anyio.run_process(["git", "init", "-q", str(work)])
     (home / ".claude.json").write_text('{"hasCompletedOnboarding": true}')
     profiles: dict[str, Any] = {"profiles": []}
     for name, package, agent, extra in (
@@ -85,10 +83,8 @@ async def cli_env(tmp_path: Path) -> AsyncIterator[tuple[Tools, Path]]:
 
 async def _assert_cleanup(tools: Tools, name: str, home: Path) -> None:
     await tools.call("remove_pane", name=name)
-    deadline = time.monotonic() + 5
-    while (left := _procs_of(home)) and time.monotonic() < deadline:
-        await anyio.sleep(0.05)
-    assert not left, f"processes left behind: {[p.cmdline() for p in left]}"
+    gone = await eventually(lambda: not _procs_of(home), timeout_s=5)
+    assert gone, f"processes left behind: {[p.cmdline() for p in _procs_of(home)]}"
 
 
 async def test_claude_trust_prompt_reads_blocked(cli_env: tuple[Tools, Path]) -> None:
@@ -123,13 +119,9 @@ async def test_codex_sign_in_reads_blocked_and_its_daemon_dies(cli_env: tuple[To
     assert (status["state"], status["kind"]) == ("blocked", "auth"), status
     assert status["source"] == "screen"
     # Codex starts a managed app-server daemon in its own session; it must not survive.
-    deadline = time.monotonic() + 20
-    daemons: list[psutil.Process] = []
-    while time.monotonic() < deadline:
-        daemons = [p for p in _procs_of(home) if "app-server" in " ".join(p.cmdline())]
-        if daemons:
-            break
-        await anyio.sleep(0.1)
+    daemons: list[psutil.Process] = await eventually(
+        lambda: [p for p in _procs_of(home) if "app-server" in " ".join(p.cmdline())], 20
+    )
     assert daemons, "codex started no app-server daemon this time"
     pane_pid = (await tools.call("list_panes"))["panes"][0]["pid"]
     assert all(os.getsid(p.pid) != pane_pid for p in daemons)  # escaped the pane's session
