@@ -30,7 +30,7 @@ from protocol.messages import OutputMatch, Status, ToSupervisor
 
 log = logging.getLogger(__name__)
 
-MAX_TEXT_CHARS = 900_000
+MAX_TEXT_BYTES = 900_000
 # Screen rules run at most this often: a spinner redraws many times a second and a
 # decision is only needed at human speed.
 RULES_INTERVAL_S = 0.1
@@ -193,9 +193,10 @@ class ScreenState:
         if lines is not None:
             rows = rows[-lines:] if lines > 0 else []
         text = "\n".join(rows)
-        if len(text) > MAX_TEXT_CHARS:
+        data = text.encode()
+        if len(data) > MAX_TEXT_BYTES:
             # Keep the newest output; a frame must stay under the protocol limit.
-            text = text[-MAX_TEXT_CHARS:]
+            text = data[-MAX_TEXT_BYTES:].decode(errors="ignore")
             text = text[text.find("\n") + 1 :]
         return text
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import re
 import logging
 import os
 import signal
@@ -53,6 +54,7 @@ from supervisor.workers import Reply, WorkerHandle, WorkerManager
 log = logging.getLogger(__name__)
 
 RPC_TIMEOUT_S = 15.0
+PANE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 SWEEP_INTERVAL_S = 1.0
 CLOSE_GRACE_S = 2.0
 
@@ -276,6 +278,10 @@ class PaneService:
         rows: int | None = None,
     ) -> Pane:
         """Start a pane under a launch profile; returns it once its worker is ready."""
+        if not PANE_NAME_RE.fullmatch(name):
+            raise PanewardenError(
+                ErrorCode.INVALID_ARGUMENT, "pane names match ^[a-z0-9][a-z0-9_-]{0,31}$"
+            )
         if name in self.panes or name in self._reserved:
             raise PanewardenError(ErrorCode.PANE_EXISTS, f"a pane named {name!r} exists")
         if len(self.panes) + len(self._reserved) >= self.profiles.max_panes:
