@@ -250,13 +250,18 @@ def load_rules(agent: str, override_dir: Path | None = None) -> RuleSet:
     except RulesError as exc:
         log.warning("screen rules override refused: %s; using the bundled rules", exc)
         return bundled
-    if bundled.agent != agent:
+    return prefer(bundled, override)
+
+
+def prefer(bundled: RuleSet, override: RuleSet) -> RuleSet:
+    """The override unless it is older than bundled rules for the same kind (then logged)."""
+    if bundled.agent != override.agent:
         # No bundled file for this kind (it fell back to generic): the override is all there is.
         return override
     if override.version < bundled.version:
         log.warning(
             "screen rules override %s is version %d, older than the bundled %d; ignored",
-            path,
+            override.source,
             override.version,
             bundled.version,
         )

@@ -182,6 +182,8 @@ def read_service_url(config: ServiceConfig) -> str | None:
 
 def _listen(address: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> socket.socket:
     family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    # proto must say TCP: asyncio only disables Nagle on accepted sockets whose proto is
+    # IPPROTO_TCP, and with proto 0 every response waited ~40 ms for a delayed ACK.
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -35,6 +35,8 @@ class PaneRecord(msgspec.Struct, forbid_unknown_fields=True):
     cwd: str
     started_at: float
     pid: int | None
+    # False for panes started with a caller argv: they never get the profile's watchdog.
+    watchdog: bool = False
 
 
 class PaneRecords:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import re
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -134,7 +134,7 @@ class PaneService:
                 handle=handle,
                 started_at=rec.started_at,
                 pid=rec.pid,
-                watchdog=self._watchdog_config(rec.profile),
+                watchdog=self._watchdog_config(rec.profile) if rec.watchdog else None,
             )
             self.panes[rec.name] = pane
             self._by_instance[handle.instance] = pane
@@ -365,6 +365,7 @@ class PaneService:
                 cwd=pane.cwd,
                 started_at=pane.started_at,
                 pid=pane.pid,
+                watchdog=pane.watchdog is not None,
             )
         )
 

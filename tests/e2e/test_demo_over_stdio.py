@@ -103,7 +103,6 @@ async def test_wait_output_and_interrupt(tools: Tools) -> None:
     assert missing == {"matched": False, "line": None, "seq": missing["seq"]}
     done = await tools.wait("w", after=idle["seq"], until=["done"])
     await tools.call("interrupt_pane", name="w")
-    text = (await tools.call("read_output", name="w", lines=3))["text"]
-    assert "^C" in text
+    assert (await tools.call("wait_output", name="w", pattern="^C", timeout_s=10))["matched"]
     assert (await tools.call("get_status", name="w"))["seq"] >= done["seq"]
     await tools.call("remove_pane", name="w")

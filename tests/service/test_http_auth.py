@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -193,3 +196,21 @@ def test_each_client_is_known_by_its_own_name(setup: Setup) -> None:
     assert last["tool"] == "remove_pane"
     assert last["pane"] == "never-started"
     assert last["code"] == "not_found"
+
+
+def test_responses_on_a_kept_alive_connection_do_not_wait_for_delayed_acks(setup: Setup) -> None:
+    """Nagle's algorithm off on accepted sockets: no ~40 ms stall per response."""
+    took: list[float] = []
+    with socket.create_connection(("127.0.0.1", setup.port), timeout=10) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        request = b"GET /mcp HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+        for _ in range(15):
+            started = time.monotonic()
+            sock.sendall(request)
+            received = b""
+            while not received.endswith(b"Invalid Host header"):
+                chunk = sock.recv(4096)
+                assert chunk, received
+                received += chunk
+            took.append(time.monotonic() - started)
+    assert statistics.median(took) < 0.030, took

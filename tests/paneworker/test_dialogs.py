@@ -1,0 +1,706 @@
+"""Dialog recognisers and answer_dialog: the exact keys, or nothing at all.
+
+Two levels. The recognisers are fed screens built from real bytes through the pane
+terminal (OpenCode's highlight from SGR streams, palette ``48;5;N`` and truecolor
+``48;2;r;g;b``). ``answer_dialog`` itself runs in a ``RequestHandler`` against a real
+program on a real PTY: a scripted agent that draws its frames, logs every byte it
+reads and draws the next frame after each read. Refusals are checked on that log:
+after the reply, a marker is typed and the log must hold the marker and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from paneworker.dialogs import DialogPlan, DialogScreen, recogniser_for
+from paneworker.program import Program
+from paneworker.requests import DIALOG_REDRAW_TIMEOUT_S, RequestHandler
+from paneworker.screenstate import ScreenState
+from paneworker.terminal import Terminal
+from protocol import PROTOCOL_VERSION
+from protocol.boot import BootRecord
+from protocol.errors import PanewardenError
+from protocol.messages import AnswerDialog, Failed, Ok, ToSupervisor, WriteInput
+
+CAPTURED = Path(__file__).resolve().parent.parent / "captured"
+SCREENS = Path(__file__).resolve().parent / "screens"
+
+ENTER, ESC, UP, DOWN = b"\r", b"\x1b", b"\x1b[A", b"\x1b[B"
+BLOCKED = "\x1b]7501;state=blocked:kind=permission\x1b\\"
+HOME = "\x1b[H\x1b[2J"
+
+
+def terminal_with(data: str | bytes, cols: int = 100, rows: int = 30) -> Terminal:
+    term = Terminal(cols, rows, reply=lambda _d: None, on_report=lambda _r: None)
+    term.feed(data.encode() if isinstance(data, str) else data)
+    return term
+
+
+def plan(agent: str, data: str | bytes, answer: str) -> DialogPlan:
+    return recogniser_for(agent)(DialogScreen.from_terminal(terminal_with(data)), answer)
+
+
+def refusal(agent: str, data: str | bytes, answer: str) -> str:
+    with pytest.raises(PanewardenError) as caught:
+        plan(agent, data, answer)
+    assert caught.value.code.value == "dialog_unrecognized"
+    return caught.value.message
+
+
+def crlf(text: str) -> str:
+    return text.replace("\n", "\r\n")
+
+
+# -- screens --------------------------------------------------------------------------
+
+
+def palette(index: int) -> str:
+    return f"\x1b[48;5;{index}m"
+
+
+def truecolor(r: int, g: int, b: int) -> str:
+    return f"\x1b[48;2;{r};{g};{b}m"
+
+
+def button(label: str, style: str) -> str:
+    return f"{style} {label} \x1b[0m"
+
+
+def opencode_dialog(
+    allow: str = palette(33),
+    always: str = palette(236),
+    reject: str = palette(236),
+    *,
+    command: str = "$ rm -rf build",
+    hint: str = "ctrl+f fullscreen  ⇆ select  enter confirm",
+    labels: tuple[str, str, str] = ("Allow once", "Always allow", "Reject"),
+) -> str:
+    """An OpenCode-style permission dialog; each label's background is its style."""
+    first, second, third = labels
+    buttons = f"{button(first, allow)}  {button(second, always)}  {button(third, reject)}"
+    return crlf(
+        f"{HOME}  ┃  hello, please clean the build dir\n"
+        "     ▣  Build · Big Pickle\n\n"
+        "  ┃  △ Permission required\n"
+        f"  ┃  {command}\n"
+        "  ┃\n"
+        f"  ┃  {buttons}          {hint}\n"
+    )
+
+
+def kiro_dialog(focus: int = 0, command: str = "pwd", options: int = 3) -> str:
+    labels = ["Yes, single permission", "Trust, always allow in this session", "No (Tab to edit)"]
+    if options == 2:
+        labels = [labels[0], labels[2]]
+    rows = [(" ❯ " if i == focus else "   ") + label for i, label in enumerate(labels)]
+    return crlf(
+        f"{HOME}> show me where I am\n\n↓ Shell {command}\n\n shell requires approval\n"
+        + "\n".join(rows)
+        + "\n"
+        + "─" * 60
+        + "\nESC to close · ↑↓ to navigate · ↵ to select · Tab to edit\n"
+    )
+
+
+DEVIN_OPTIONS = (
+    "Yes  (Approve once)",
+    "Yes, allow `sleep` commands",
+    "Yes, always allow `sleep` commands",
+    "No",
+)
+
+
+def devin_dialog(
+    focus: int = 0, command: str = "$ sleep 30", options: tuple[str, ...] = DEVIN_OPTIONS
+) -> str:
+    rows = [f"{'❭' if i == focus else '·'} {i + 1} {label}" for i, label in enumerate(options)]
+    return crlf(
+        f"{HOME}❭ wait half a minute\n\n⏺ Running command\n  └ {command}\n\n"
+        + "\n".join(rows)
+        + "\n↑↓ select · ↵ confirm · esc cancel\n"
+    )
+
+
+def claude_at(offset: int, scenario: str = "trusted") -> bytes:
+    return (CAPTURED / "claude" / f"{scenario}.bin").read_bytes()[:offset]
+
+
+DEMO_DIALOG = crlf((SCREENS / "demo" / "dialog.txt").read_text())
+
+
+# -- 1. recognisers: OpenCode's highlight from styled cells ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("allow", "others"),
+    [
+        (palette(33), palette(236)),
+        (truecolor(250, 178, 131), truecolor(40, 40, 40)),
+        (palette(1), "\x1b[0m"),  # the other two on the default background
+        (truecolor(0, 0, 238), palette(236)),
+    ],
+    ids=["palette", "truecolor", "others-default", "mixed-notations"],
+)
+def test_opencode_allow_once_is_enter_only_with_allow_once_highlighted(
+    allow: str, others: str
+) -> None:
+    result = plan("opencode", opencode_dialog(allow, others, others), "allow_once")
+    assert result.steps == (ENTER,)
+    assert result.fingerprint[0].endswith("△ Permission required")
+
+
+def test_opencode_deny_once_is_esc_whatever_the_highlight() -> None:
+    assert plan("opencode", opencode_dialog(), "deny_once").steps == (ESC,)
+    same = palette(236)
+    assert plan("opencode", opencode_dialog(same, same, same), "deny_once").steps == (ESC,)
+
+
+def test_opencode_edit_dialogs_are_recognised_too() -> None:
+    screen = opencode_dialog(command="→ Edit src/app.py")
+    assert plan("opencode", screen, "allow_once").steps == (ENTER,)
+
+
+REV = "\x1b[7m"
+OC_REFUSED = {
+    "all-equal": opencode_dialog(palette(236), palette(236), palette(236)),
+    "highlight-on-always": opencode_dialog(palette(236), palette(33), palette(236)),
+    "highlight-on-reject": opencode_dialog(palette(236), palette(236), palette(33)),
+    "others-differ": opencode_dialog(palette(33), palette(236), palette(237)),
+    "default-on-allow": opencode_dialog("\x1b[0m", palette(236), palette(236)),
+    "reverse-on-allow": opencode_dialog(REV + palette(33), palette(236), palette(236)),
+    "reverse-on-reject": opencode_dialog(palette(33), palette(236), REV + palette(236)),
+    "reverse-only": opencode_dialog(REV, "\x1b[0m", "\x1b[0m"),
+    "mixed-within-allow": opencode_dialog(palette(33), palette(236), palette(236)).replace(
+        "Allow once", f"Allow{palette(34)} once"
+    ),
+    "same-value-truecolor-and-palette": opencode_dialog(
+        truecolor(0x26, 0x26, 0x26), palette(235), palette(235)
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(OC_REFUSED))
+def test_opencode_allow_once_refuses_any_other_highlight(case: str) -> None:
+    refusal("opencode", OC_REFUSED[case], "allow_once")
+
+
+@pytest.mark.parametrize(
+    "screen",
+    [
+        opencode_dialog(hint="⇆ select  enter confirm"),
+        opencode_dialog(command="rm -rf build"),
+        opencode_dialog(labels=("Always allow", "Allow once", "Reject")),
+        opencode_dialog(labels=("Allow once", "Always allow", "Deny")),
+        opencode_dialog(command="$ echo Reject"),
+        opencode_dialog() + opencode_dialog().replace(HOME, ""),
+        crlf(f"{HOME}  Permission required\n  $ ls\n  Allow once  Always allow  Reject  ctrl+f\n"),
+        "",
+    ],
+    ids=[
+        "no-ctrl+f-hint",
+        "no-command-line",
+        "wrong-order",
+        "unknown-option",
+        "label-in-command",
+        "two-dialogs",
+        "no-title-glyph",
+        "blank",
+    ],
+)
+def test_opencode_refuses_both_answers_unless_the_whole_dialog_is_shown(screen: str) -> None:
+    refusal("opencode", screen, "allow_once")
+    refusal("opencode", screen, "deny_once")
+
+
+def test_opencode_compares_colours_as_values_not_notations() -> None:
+    # 48;5;235 and 48;2;38;38;38 are the same colour value: the two others match.
+    screen = opencode_dialog(palette(33), palette(235), truecolor(0x26, 0x26, 0x26))
+    assert plan("opencode", screen, "allow_once").steps == (ENTER,)
+
+
+# -- 2. recognisers: Kiro and Devin (focus marker, arrows, Enter) ---------------------
+
+
+def test_kiro_plans_from_the_focus_to_its_target_and_never_enter_elsewhere() -> None:
+    assert plan("kiro", kiro_dialog(0), "allow_once").steps == (ENTER,)
+    assert plan("kiro", kiro_dialog(0), "deny_once").steps == (DOWN, DOWN, ENTER)
+    assert plan("kiro", kiro_dialog(1), "allow_once").steps == (UP, ENTER)
+    assert plan("kiro", kiro_dialog(2), "deny_once").steps == (ENTER,)
+    assert plan("kiro", kiro_dialog(0, options=2), "deny_once").steps == (DOWN, ENTER)
+    # The focus moves with the plan; the fingerprint does not.
+    prints = {plan("kiro", kiro_dialog(f), "deny_once").fingerprint for f in range(3)}
+    assert len(prints) == 1
+
+
+def test_kiro_arrows_follow_the_programs_cursor_key_mode() -> None:
+    screen = "\x1b[?1h" + kiro_dialog(0)
+    assert plan("kiro", screen, "deny_once").steps == (b"\x1bOB", b"\x1bOB", ENTER)
+
+
+def test_kiro_fixture_dialog_is_recognised() -> None:
+    screen = crlf((SCREENS / "kiro" / "tool_approval.txt").read_text())
+    assert plan("kiro", screen, "allow_once").steps == (ENTER,)
+
+
+@pytest.mark.parametrize(
+    "screen",
+    [
+        crlf((SCREENS / "kiro" / "subagent_approval.txt").read_text()),
+        kiro_dialog(0).replace(" shell requires approval", " web_search requires approval"),
+        kiro_dialog(0).replace("ESC to close", "ESC to quit"),
+        kiro_dialog(0).replace("   No (Tab to edit)", "   Maybe later"),
+        kiro_dialog(0).replace(" ❯ Yes", "   Yes"),
+        kiro_dialog(0).replace("   No (Tab", " ❯ No (Tab"),
+        kiro_dialog(0) + kiro_dialog(0).replace(HOME, ""),
+        crlf((SCREENS / "kiro" / "prose_permission.txt").read_text()),
+    ],
+    ids=[
+        "subagents",
+        "web-search",
+        "no-hint",
+        "unknown-option",
+        "no-focus",
+        "two-focus",
+        "two-dialogs",
+        "prose",
+    ],
+)
+def test_kiro_refuses_what_it_does_not_know(screen: str) -> None:
+    refusal("kiro", screen, "allow_once")
+    refusal("kiro", screen, "deny_once")
+
+
+def test_devin_plans_approve_once_or_no_and_never_stops_on_another_option() -> None:
+    assert plan("devin", devin_dialog(0), "allow_once").steps == (ENTER,)
+    assert plan("devin", devin_dialog(0), "deny_once").steps == (DOWN, DOWN, DOWN, ENTER)
+    assert plan("devin", devin_dialog(2), "allow_once").steps == (UP, UP, ENTER)
+    bypass = (*DEVIN_OPTIONS[:3], "Yes, and bypass permissions", "No")
+    assert plan("devin", devin_dialog(3, options=bypass), "allow_once").steps == (
+        UP,
+        UP,
+        UP,
+        ENTER,
+    )
+    assert plan("devin", devin_dialog(3, options=bypass), "deny_once").steps == (DOWN, ENTER)
+
+
+@pytest.mark.parametrize(
+    "screen",
+    [
+        devin_dialog(command="Edit src/app.py"),
+        devin_dialog(options=("Yes", *DEVIN_OPTIONS[1:])),
+        devin_dialog(options=DEVIN_OPTIONS[:3]),
+        devin_dialog().replace("· 3", "· 4"),
+        devin_dialog().replace("❭ 1", "· 1"),
+        devin_dialog().replace("esc cancel", "esc back"),
+        crlf((SCREENS / "devin" / "trust.txt").read_text()),
+        crlf((SCREENS / "devin" / "prose_permission.txt").read_text()),
+    ],
+    ids=[
+        "not-a-shell-command",
+        "no-approve-once",
+        "no-no",
+        "bad-numbering",
+        "no-focus",
+        "no-hint",
+        "trust-prompt",
+        "prose",
+    ],
+)
+def test_devin_refuses_what_it_does_not_know(screen: str) -> None:
+    refusal("devin", screen, "allow_once")
+    refusal("devin", screen, "deny_once")
+
+
+# -- 3. recognisers: Claude (trust prompt only), codex, generic, demo -------------------
+
+
+def test_claude_trust_prompt_is_only_ever_declined_with_esc() -> None:
+    for offset in (1452, 1569):  # focus on "No, exit", then on "Yes, I trust"
+        assert plan("claude", claude_at(offset), "deny_once").steps == (ESC,)
+        assert "rule-creating" in refusal("claude", claude_at(offset), "allow_once")
+
+
+def test_claude_refuses_its_other_screens() -> None:
+    for offset in (4095, 4181):  # the main prompt
+        refusal("claude", claude_at(offset), "deny_once")
+    refusal("claude", crlf((SCREENS / "claude" / "tool_permission.txt").read_text()), "deny_once")
+    refusal("claude", claude_at(1880, "startup"), "deny_once")  # the trust prompt, then exit
+
+
+@pytest.mark.parametrize("agent", ["codex", "generic", "gemini"])
+def test_unmeasured_kinds_refuse_even_a_perfect_dialog(agent: str) -> None:
+    signin = (CAPTURED / "codex" / "signin_menu.bin").read_bytes()[:1771]
+    for screen in (opencode_dialog(), kiro_dialog(), devin_dialog(), DEMO_DIALOG, signin):
+        refusal(agent, screen, "allow_once")
+        refusal(agent, screen, "deny_once")
+
+
+def test_demo_recogniser_keeps_its_behaviour() -> None:
+    assert plan("demo", DEMO_DIALOG, "allow_once").steps == (ENTER,)
+    assert plan("demo", DEMO_DIALOG, "deny_once").steps == (ESC,)
+    moved = DEMO_DIALOG.replace("› Allow once", "  Allow once").replace(
+        "  Always allow", "› Always allow"
+    )
+    assert "highlight" in refusal("demo", moved, "allow_once")
+    assert plan("demo", moved, "deny_once").steps == (ESC,)
+
+
+# -- 4. answer_dialog on a real PTY ------------------------------------------------------
+
+AGENT_SCRIPT = r"""
+import json, os, sys, tty
+log_path, frames_path = sys.argv[1], sys.argv[2]
+with open(frames_path, encoding="utf-8") as f:
+    frames = json.load(f)
+tty.setraw(0)
+def show(index):
+    if index < len(frames):
+        os.write(1, frames[index].encode())
+show(0)
+reads = 0
+with open(log_path, "ab", buffering=0) as log:
+    while True:
+        data = os.read(0, 4096)
+        if not data:
+            break
+        log.write(data)
+        reads += 1
+        show(reads)
+"""
+MARKER = b"<end-of-test>"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+        self.frozen = False
+
+    def __call__(self) -> float:
+        return self.now if self.frozen else time.monotonic()
+
+
+class Link:
+    def __init__(self) -> None:
+        self.sent: list[ToSupervisor] = []
+
+    def send(self, msg: ToSupervisor) -> None:
+        self.sent.append(msg)
+
+
+class ScriptedPane:
+    """The parts of a PaneWorker a RequestHandler uses, around a scripted agent on a PTY.
+
+    Frame 0 is drawn at start; frame N after the agent's N-th read of its input.
+    """
+
+    def __init__(self, tmp_path: Path, agent: str, frames: list[str]) -> None:
+        self.log = tmp_path / "typed.log"
+        self.log.write_bytes(b"")
+        frames_path = tmp_path / "frames.json"
+        frames_path.write_text(json.dumps(frames))
+        script = tmp_path / "agent.py"
+        script.write_text(AGENT_SCRIPT)
+        argv = [sys.executable, str(script), str(self.log), str(frames_path)]
+        env = {"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8", "TERM": "xterm-256color"}
+        self.boot = BootRecord(
+            protocol_version=PROTOCOL_VERSION,
+            pane="t",
+            instance="i",
+            secret=b"s",
+            endpoint="ipc:///nonexistent",
+            agent=agent,
+            argv=argv,
+            cwd=str(tmp_path),
+            env=env,
+            cols=100,
+            rows=30,
+        )
+        self.link = Link()
+        self.clock = FakeClock()
+        self.screen = ScreenState(self.boot, self.link.send, clock=self.clock)
+        self.program: Program | None = Program(argv, str(tmp_path), env, 100, 30)
+        self.screen.attach(self.program)
+        self.screen.status.set_lifecycle("running")
+        self.requests = RequestHandler(self, clock=self.clock)  # type: ignore[arg-type]
+        self._rid = 0
+        self._seen = 0
+
+    def pump_until(self, done: Callable[[], bool], timeout_s: float = 5.0) -> None:
+        """Run the worker loop's parts (read, timers, rules) until ``done``; bounded."""
+        prog = self.program
+        assert prog is not None
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            assert time.monotonic() < deadline, self.screen.terminal.display_lines()
+            ready, _, _ = select.select([prog.fd], [], [], 0.02)
+            if ready and (data := prog.read()):
+                self.screen.feed(data)
+            self.requests.run_due(self.clock())
+            self.screen.after_step()
+
+    def shows(self, text: str) -> bool:
+        return text in "\n".join(self.screen.terminal.display_lines())
+
+    def answer(self, answer: str, **extra: object) -> Ok | Failed:
+        self._rid += 1
+        rid = self._rid
+        self.requests.handle(AnswerDialog(rid=rid, answer=answer, **extra))  # type: ignore[arg-type]
+        self.pump_until(lambda: self.reply(rid) is not None)
+        reply = self.reply(rid)
+        assert reply is not None
+        return reply
+
+    def reply(self, rid: int) -> Ok | Failed | None:
+        for msg in self.link.sent:
+            if isinstance(msg, Ok | Failed) and msg.rid == rid:
+                return msg
+        return None
+
+    def typed(self) -> bytes:
+        """What the agent read since the last call, proven complete by a marker typed last."""
+        assert self.program is not None
+        self.program.queue_input(MARKER)
+        self.program.flush()
+        self.pump_until(lambda: self.log.read_bytes().endswith(MARKER))
+        log = self.log.read_bytes()
+        new, self._seen = log[self._seen :], len(log)
+        return new.removesuffix(MARKER)
+
+    def close(self) -> None:
+        if self.program is None:
+            return
+        pid = self.program.pid
+        self.program.close()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+        self.program = None
+
+
+@pytest.fixture
+def scripted(tmp_path: Path) -> Iterator[Callable[[str, list[str]], ScriptedPane]]:
+    panes: list[ScriptedPane] = []
+
+    def start(agent: str, frames: list[str]) -> ScriptedPane:
+        path = tmp_path / f"p{len(panes)}"
+        path.mkdir()
+        pane = ScriptedPane(path, agent, frames)
+        panes.append(pane)
+        return pane
+
+    yield start
+    for pane in panes:
+        pane.close()
+
+
+def blocked_on(pane: ScriptedPane, text: str) -> ScriptedPane:
+    pane.pump_until(lambda: pane.screen.status.state == "blocked" and pane.shows(text))
+    pane.typed()  # the terminal's answers to the program's queries, if it asked any
+    return pane
+
+
+def code_of(reply: Ok | Failed) -> str:
+    return reply.code if isinstance(reply, Failed) else "ok"
+
+
+ANSWERED = [
+    ("opencode", [opencode_dialog() + BLOCKED], "allow_once", ENTER),
+    ("opencode", [opencode_dialog() + BLOCKED], "deny_once", ESC),
+    ("kiro", [kiro_dialog(0) + BLOCKED], "allow_once", ENTER),
+    (
+        "kiro",
+        [kiro_dialog(0) + BLOCKED, kiro_dialog(1), kiro_dialog(2)],
+        "deny_once",
+        DOWN + DOWN + ENTER,
+    ),
+    ("devin", [devin_dialog(0) + BLOCKED], "allow_once", ENTER),
+    (
+        "devin",
+        [devin_dialog(0) + BLOCKED, devin_dialog(1), devin_dialog(2), devin_dialog(3)],
+        "deny_once",
+        DOWN * 3 + ENTER,
+    ),
+    ("claude", [claude_at(1452).decode()], "deny_once", ESC),
+    ("demo", [DEMO_DIALOG + BLOCKED], "allow_once", ENTER),
+]
+
+
+@pytest.mark.parametrize(
+    ("agent", "frames", "answer", "expected"),
+    ANSWERED,
+    ids=[f"{a}-{ans}" for a, _, ans, _ in ANSWERED],
+)
+def test_answer_dialog_types_exactly_the_planned_keys(
+    scripted: Callable[[str, list[str]], ScriptedPane],
+    agent: str,
+    frames: list[str],
+    answer: str,
+    expected: bytes,
+) -> None:
+    pane = blocked_on(scripted(agent, frames), "")
+    reply = pane.answer(answer)
+    assert isinstance(reply, Ok), reply
+    assert pane.typed() == expected
+
+
+REFUSED = [
+    ("opencode", [OC_REFUSED["highlight-on-always"] + BLOCKED], "allow_once"),
+    ("opencode", [OC_REFUSED["reverse-on-allow"] + BLOCKED], "allow_once"),
+    ("opencode", [OC_REFUSED["mixed-within-allow"] + BLOCKED], "allow_once"),
+    ("opencode", [OC_REFUSED["default-on-allow"] + BLOCKED], "allow_once"),
+    ("opencode", [OC_REFUSED["all-equal"] + BLOCKED], "allow_once"),
+    ("opencode", [opencode_dialog(hint="enter confirm") + BLOCKED], "deny_once"),
+    (
+        "kiro",
+        [crlf((SCREENS / "kiro" / "subagent_approval.txt").read_text()) + BLOCKED],
+        "deny_once",
+    ),
+    ("kiro", [kiro_dialog(0).replace("ESC to close", "") + BLOCKED], "allow_once"),
+    ("devin", [devin_dialog(command="Edit a.py") + BLOCKED], "allow_once"),
+    ("devin", [devin_dialog(options=DEVIN_OPTIONS[:3]) + BLOCKED], "deny_once"),
+    ("claude", [claude_at(1569).decode()], "allow_once"),
+    ("codex", [opencode_dialog() + BLOCKED], "deny_once"),
+    ("generic", [DEMO_DIALOG + BLOCKED], "allow_once"),
+]
+
+
+@pytest.mark.parametrize(
+    ("agent", "frames", "answer"),
+    REFUSED,
+    ids=[f"{a}-{ans}-{i}" for i, (a, _, ans) in enumerate(REFUSED)],
+)
+def test_every_refusal_types_nothing(
+    scripted: Callable[[str, list[str]], ScriptedPane],
+    agent: str,
+    frames: list[str],
+    answer: str,
+) -> None:
+    pane = blocked_on(scripted(agent, frames), "")
+    assert code_of(pane.answer(answer)) == "dialog_unrecognized"
+    assert pane.typed() == b""
+
+
+def test_no_dialog_and_wrong_turn_type_nothing(
+    scripted: Callable[[str, list[str]], ScriptedPane],
+) -> None:
+    pane = scripted("kiro", [kiro_dialog(0)])  # drawn, but the pane is not blocked
+    pane.pump_until(lambda: pane.shows("requires approval"))
+    assert code_of(pane.answer("allow_once")) == "no_dialog"
+    pane.screen.feed(BLOCKED.encode())
+    assert code_of(pane.answer("allow_once", expect_turn=5)) == "cursor_mismatch"
+    assert pane.typed() == b""
+
+
+def test_output_already_on_the_pty_is_read_before_the_check(
+    scripted: Callable[[str, list[str]], ScriptedPane],
+) -> None:
+    """The program moved the highlight just before the request: the move is seen, not missed."""
+    moved = OC_REFUSED["highlight-on-always"]
+    pane = blocked_on(scripted("opencode", [opencode_dialog() + BLOCKED, moved]), "Allow once")
+    assert pane.program is not None
+    pane.program.queue_input(b"?")  # makes the agent draw frame 1; we do not read it here
+    pane.program.flush()
+    ready, _, _ = select.select([pane.program.fd], [], [], 5)
+    assert ready
+    assert code_of(pane.answer("allow_once")) == "dialog_unrecognized"
+    assert pane.typed() == b"?"
+
+
+def test_a_dialog_replaced_between_keys_is_refused_as_changed(
+    scripted: Callable[[str, list[str]], ScriptedPane],
+) -> None:
+    """After the first Down the agent draws another command's dialog: Enter is never sent."""
+    frames = [kiro_dialog(0) + BLOCKED, kiro_dialog(1, command="rm -rf /")]
+    pane = blocked_on(scripted("kiro", frames), "Shell pwd")
+    reply = pane.answer("deny_once")
+    assert code_of(reply) == "dialog_changed", reply
+    assert pane.typed() == DOWN
+
+
+def test_a_focus_that_jumps_the_wrong_way_is_refused_as_changed(
+    scripted: Callable[[str, list[str]], ScriptedPane],
+) -> None:
+    frames = [devin_dialog(0) + BLOCKED, devin_dialog(3)]  # Down moved the focus by three
+    pane = blocked_on(scripted("devin", frames), "Approve once")
+    assert code_of(pane.answer("deny_once")) == "dialog_changed"
+    assert pane.typed() == DOWN
+
+
+def test_leaving_the_dialog_between_keys_is_refused_as_changed(
+    scripted: Callable[[str, list[str]], ScriptedPane],
+) -> None:
+    frames = [kiro_dialog(0) + BLOCKED, "\x1b]7501;state=working\x1b\\" + kiro_dialog(1)]
+    pane = blocked_on(scripted("kiro", frames), "Shell pwd")
+    assert code_of(pane.answer("deny_once")) == "dialog_changed"
+    assert pane.typed() == DOWN
+
+
+def test_a_dialog_that_never_redraws_is_refused_after_the_bound(
+    scripted: Callable[[str, list[str]], ScriptedPane],
+) -> None:
+    pane = blocked_on(scripted("kiro", [kiro_dialog(0) + BLOCKED]), "Shell pwd")
+    rid = 99
+    pane.requests.handle(AnswerDialog(rid=rid, answer="deny_once"))
+    pane.pump_until(lambda: pane.log.read_bytes() == DOWN)
+    pane.clock.frozen = True
+    pane.clock.now = time.monotonic() + DIALOG_REDRAW_TIMEOUT_S + 1
+    pane.pump_until(lambda: pane.reply(rid) is not None)
+    reply = pane.reply(rid)
+    assert reply is not None and code_of(reply) == "dialog_changed"
+    assert "did not react" in reply.message  # type: ignore[union-attr]
+    pane.clock.frozen = False
+    assert pane.typed() == DOWN
+
+
+def test_the_dialog_changed_between_plan_and_press_in_the_pane_screen(
+    scripted: Callable[[str, list[str]], ScriptedPane],
+) -> None:
+    """Bytes fed to the worker's screen after the first key: the next key is refused."""
+    pane = blocked_on(scripted("devin", [devin_dialog(0) + BLOCKED]), "Approve once")
+    rid = 7
+    pane.requests.handle(AnswerDialog(rid=rid, answer="deny_once"))
+    pane.pump_until(lambda: pane.log.read_bytes() == DOWN)
+    pane.screen.feed(devin_dialog(1, command="$ rm -rf ~").encode())
+    pane.pump_until(lambda: pane.reply(rid) is not None)
+    assert code_of(pane.reply(rid)) == "dialog_changed"  # type: ignore[arg-type]
+    assert pane.typed() == DOWN
+
+
+def test_while_keys_are_pressed_other_input_and_answers_are_refused(
+    scripted: Callable[[str, list[str]], ScriptedPane],
+) -> None:
+    frames = [kiro_dialog(0) + BLOCKED, kiro_dialog(1), kiro_dialog(2)]
+    pane = blocked_on(scripted("kiro", frames), "Shell pwd")
+    pane.requests.handle(AnswerDialog(rid=1, answer="deny_once"))
+    pane.requests.handle(AnswerDialog(rid=2, answer="allow_once"))
+    pane.requests.handle(WriteInput(rid=3, text="sneaky"))
+    pane.pump_until(lambda: pane.reply(1) is not None)
+    assert [code_of(pane.reply(r)) for r in (1, 2, 3)] == [  # type: ignore[arg-type]
+        "ok",
+        "dialog_changed",
+        "pane_blocked",
+    ]
+    assert pane.typed() == DOWN + DOWN + ENTER
+
+
+def test_a_screen_decided_block_is_answered_too(
+    scripted: Callable[[str, list[str]], ScriptedPane],
+) -> None:
+    """Kiro sends no OSC 7501: the pane is blocked by its screen rules, then answered."""
+    pane = scripted("kiro", [kiro_dialog(0)])
+    pane.pump_until(lambda: pane.screen.status.state == "blocked")
+    assert pane.screen.status.source == "screen"
+    assert isinstance(pane.answer("allow_once"), Ok)
+    assert pane.typed() == ENTER
