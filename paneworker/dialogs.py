@@ -233,6 +233,9 @@ _KIRO_OPTIONS = frozenset(
     }
 )
 _KIRO_FOCUS = "❯"
+# The tool call (e.g. "↓ Shell pwd") sits in the paragraph above the title; it is part
+# of the fingerprint, so a dialog about another command is another dialog.
+_KIRO_CONTEXT_ROWS = 4
 # Shepherd refused these kinds on kiro-cli 3.3.0; we keep refusing them.
 _KIRO_REFUSED_TOOLS = ("web_search", "web search")
 
@@ -273,9 +276,21 @@ def _kiro(screen: DialogScreen, answer: str) -> DialogPlan:
         raise _refuse("the Kiro dialog does not offer one single-permission Yes and one No")
     if len(focus) != 1:
         raise _refuse("the Kiro dialog has no single focused option")
-    fingerprint = (title, *labels, _norm(lines[hint_row]))
+    fingerprint = (*_context_above(lines, top), title, *labels, _norm(lines[hint_row]))
     target = labels.index(_KIRO_ALLOW if answer == ALLOW_ONCE else _KIRO_DENY)
     return DialogPlan(_navigate(screen, focus[0], target), fingerprint)
+
+
+def _context_above(lines: Sequence[str], top: int) -> tuple[str, ...]:
+    """The paragraph just above a dialog's title (Kiro shows the tool call there)."""
+    row = top - 1
+    while row >= 0 and not lines[row].strip():
+        row -= 1
+    context: list[str] = []
+    while row >= 0 and lines[row].strip() and len(context) < _KIRO_CONTEXT_ROWS:
+        context.append(_norm(lines[row]))
+        row -= 1
+    return tuple(reversed(context))
 
 
 # ---------------------------------------------------------------- devin

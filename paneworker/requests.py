@@ -2,8 +2,13 @@
 
 Each request is checked and acted on in one loop step, so a guard such as "not
 blocked" or "still at turn N" cannot go stale between the check and the write.
-Submitting a prompt is two steps: the text, then Enter on its own a moment later
-(programs that read fast input as a paste would otherwise not submit it).
+Submitting a prompt is two steps: the text (bracketed as a paste when the program
+asked for that), then Enter on its own a moment later (programs that read fast
+input as a paste would otherwise not submit it). The request is answered only once
+the program shows it took the prompt (a turn started, the pane went working or
+blocked, or the prompt line changed), else ``delivery_ambiguous`` after
+``SUBMIT_ACK_TIMEOUT_S``: "sent" must never be reported for a prompt that is still
+sitting unsubmitted in the input line.
 
 Answering a dialog first reads whatever output the PTY already holds, so the
 recogniser sees the newest screen, then checks and writes in the same step. A plan
@@ -52,6 +57,13 @@ log = logging.getLogger(__name__)
 ENTER_DELAY_S = 0.05
 PASTE_START = b"\x1b[200~"
 PASTE_END = b"\x1b[201~"
+# After Enter, how often the pane is looked at for a sign that the prompt was taken, and
+# for how long before the delivery is reported ambiguous.
+SUBMIT_POLL_S = 0.02
+SUBMIT_ACK_TIMEOUT_S = 5.0
+# How much of the prompt's end is looked for on the input line (input boxes scroll long
+# lines horizontally, so only the end is sure to be visible).
+PROMPT_TAIL_CHARS = 16
 # Between the keys of a multi-key dialog answer: how often the screen is looked at,
 # and how long the dialog may take to redraw after a key before the answer is dropped.
 DIALOG_POLL_S = 0.02
@@ -59,6 +71,31 @@ DIALOG_REDRAW_TIMEOUT_S = 2.0
 # Reading pending output before a dialog check is bounded, so a program that never
 # stops writing cannot hold the loop.
 DRAIN_MAX_READS = 16
+
+
+@dataclass
+class _Submission:
+    """A submitted prompt waiting for the program to show it was taken."""
+
+    rid: int
+    turn: int
+    state: str
+    tail: str
+    row: int
+    line: str
+    seen_tail: bool = False
+    deadline: float = 0.0
+
+
+def _squeeze(text: str) -> str:
+    """Whitespace runs as one space: tabs and padding are drawn, not echoed, as typed."""
+    return " ".join(text.split())
+
+
+def _prompt_tail(text: str) -> str:
+    """The end of the prompt's last line, as a program would echo it on its input line."""
+    lines = text.strip().splitlines()
+    return _squeeze(lines[-1])[-PROMPT_TAIL_CHARS:].strip() if lines else ""
 
 
 @dataclass
@@ -173,7 +210,7 @@ class RequestHandler:
         if status.state == "blocked" or self._dialog is not None:
             raise PanewardenError(
                 ErrorCode.PANE_BLOCKED,
-                f"the pane is waiting on a {status.kind} dialog; answer it first",
+                f"the pane is waiting on a {status.kind or 'permission'} dialog; answer it first",
             )
         self._check_turn(msg.expect_turn)
         payload = msg.text.encode()
@@ -183,9 +220,12 @@ class RequestHandler:
         if not msg.submit:
             self._queue(payload, lambda: self._ok(rid))
             return
-        self._queue(payload, lambda: self._later(ENTER_DELAY_S, lambda: self._press_enter(rid)))
+        tail = _prompt_tail(msg.text)
+        self._queue(
+            payload, lambda: self._later(ENTER_DELAY_S, lambda: self._press_enter(rid, tail))
+        )
 
-    def _press_enter(self, rid: int) -> None:
+    def _press_enter(self, rid: int, tail: str) -> None:
         try:
             self._running_program()
         except PanewardenError as exc:
@@ -201,7 +241,67 @@ class RequestHandler:
                 )
             )
             return
-        self._queue(b"\r", lambda: self._ok(rid))
+        self._drain_output()
+        row, line = self._input_line()
+        status = self.w.screen.status
+        sent = _Submission(rid, status.turn, status.state, tail, row, line)
+        sent.seen_tail = bool(tail) and tail in line
+        self._queue(b"\r", lambda: self._submitted(sent))
+
+    def _submitted(self, sent: _Submission) -> None:
+        sent.deadline = self._clock() + SUBMIT_ACK_TIMEOUT_S
+        self._await_ack(sent)
+
+    def _input_line(self) -> tuple[int, str]:
+        """The cursor's row and what it shows (the prompt line, usually)."""
+        terminal = self.w.screen.terminal
+        row = terminal.cursor[0]
+        return row, _squeeze(terminal.display_lines()[row])
+
+    def _taken(self, sent: _Submission) -> bool:
+        """True once the program shows it took the prompt.
+
+        Taken = the program exited; a turn started or the pane went working or blocked; or
+        the typed text, once seen on the cursor's row, is gone from it (the prompt was
+        cleared or the cursor moved on). Text never seen there (an empty prompt, or one a
+        program shows abbreviated) counts as taken when the cursor's row changed at all.
+        """
+        status = self.w.screen.status
+        prog = self.w.program
+        if prog is None or prog.eof or status.lifecycle != "running":
+            return True
+        if status.turn != sent.turn or (
+            status.state != sent.state and status.state in ("working", "blocked")
+        ):
+            return True
+        row, line = self._input_line()
+        if sent.tail and sent.tail in line:
+            # Seen now, perhaps only now: a slow echo is not a submission.
+            sent.seen_tail = True
+            return False
+        if sent.seen_tail:
+            return True
+        return (row, line) != (sent.row, sent.line) and not sent.tail
+
+    def _await_ack(self, sent: _Submission) -> None:
+        """Reply once the prompt was taken; ``delivery_ambiguous`` after the bound."""
+        self._drain_output()
+        if self._taken(sent):
+            self._ok(sent.rid)
+            return
+        if self._clock() >= sent.deadline:
+            self.w.link.send(
+                Failed(
+                    rid=sent.rid,
+                    code=ErrorCode.DELIVERY_AMBIGUOUS.value,
+                    message=(
+                        "the text and Enter were typed but the program showed no sign of "
+                        f"taking the prompt within {SUBMIT_ACK_TIMEOUT_S:.0f}s"
+                    ),
+                )
+            )
+            return
+        self._later(SUBMIT_POLL_S, lambda: self._await_ack(sent))
 
     def _read_screen(self, msg: ReadScreen) -> None:
         screen = self.w.screen

@@ -47,6 +47,7 @@ from supervisor.config import ServiceConfig
 from supervisor.http_access import ClientTokenVerifier, HttpAccess, HttpGate
 from supervisor.mcp_front import build_server
 from supervisor.runtime import running_service, serve_until_signalled
+from supervisor.service import PaneService
 from supervisor.statedir import atomic_write, ensure_private_dir
 
 log = logging.getLogger(__name__)
@@ -184,7 +185,7 @@ def _listen(address: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -
     family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
     # proto must say TCP: asyncio only disables Nagle on accepted sockets whose proto is
     # IPPROTO_TCP, and with proto 0 every response waited ~40 ms for a delayed ACK.
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if family == socket.AF_INET6:
@@ -201,6 +202,49 @@ def _listen(address: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -
     return sock
 
 
+def _http_app(
+    service: PaneService,
+    gate: HttpGate,
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+    port: int,
+    extra_hosts: list[str],
+) -> ASGIApp:
+    """The SDK's streamable HTTP app with bearer auth, behind the Host/Origin gate."""
+    server = build_server(
+        service,
+        HttpAccess(gate),
+        token_verifier=ClientTokenVerifier(gate),
+        # The SDK requires AuthSettings with a verifier; this service is its own issuer
+        # and publishes no protected-resource metadata.
+        auth=AuthSettings(
+            issuer_url=AnyHttpUrl(f"http://{_authority(address, port)}"),
+            resource_server_url=None,
+        ),
+    )
+    settings = transport_security(address, port, extra_hosts)
+    app = server.streamable_http_app(
+        streamable_http_path=MCP_PATH, transport_security=settings, host=str(address)
+    )
+    return HostOriginGate(app, settings)
+
+
+def _uvicorn(app: ASGIApp) -> _LoopServer:
+    return _LoopServer(
+        uvicorn.Config(
+            app,
+            # Keep the service's JSON log format; no per-request access lines.
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            # Nothing sits in front of a loopback listener: never trust X-Forwarded-*.
+            proxy_headers=False,
+            server_header=False,
+            ws="none",
+            timeout_graceful_shutdown=GRACEFUL_HTTP_STOP_S,
+        )
+    )
+
+
 async def serve_http(
     config: ServiceConfig,
     address: ipaddress.IPv4Address | ipaddress.IPv6Address,
@@ -214,40 +258,16 @@ async def serve_http(
         sock = _listen(address, port)
         try:
             bound_port = int(sock.getsockname()[1])
-            base = f"http://{_authority(address, bound_port)}"
-            server = build_server(
-                service,
-                HttpAccess(gate),
-                token_verifier=ClientTokenVerifier(gate),
-                # The SDK requires AuthSettings with a verifier; this service is its own
-                # issuer and publishes no protected-resource metadata.
-                auth=AuthSettings(issuer_url=AnyHttpUrl(base), resource_server_url=None),
-            )
-            settings = transport_security(address, bound_port, extra_hosts)
-            app = server.streamable_http_app(
-                streamable_http_path=MCP_PATH, transport_security=settings, host=str(address)
-            )
-            uv = _LoopServer(
-                uvicorn.Config(
-                    HostOriginGate(app, settings),
-                    log_config=None,
-                    access_log=False,
-                    lifespan="on",
-                    proxy_headers=False,
-                    server_header=False,
-                    ws="none",
-                    timeout_graceful_shutdown=GRACEFUL_HTTP_STOP_S,
-                )
-            )
+            uv = _uvicorn(_http_app(service, gate, address, bound_port, extra_hosts))
+            url = f"http://{_authority(address, bound_port)}{MCP_PATH}"
             url_file = service_url_path(config.state_dir)
             ensure_private_dir(url_file.parent)
             # Written once the socket listens: a client that reads it and connects
             # early waits in the backlog until uvicorn starts accepting.
-            atomic_write(url_file, f"{base}{MCP_PATH}\n".encode())
+            atomic_write(url_file, f"{url}\n".encode())
             log.info(
-                "serving streamable HTTP at %s%s (clients: %s)",
-                base,
-                MCP_PATH,
+                "serving streamable HTTP at %s (clients: %s)",
+                url,
                 ", ".join(gate.table.names()),
                 extra={"op": "serve"},
             )

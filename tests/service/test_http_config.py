@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.service.conftest import REPO, ServiceFactory, digest, new_token
@@ -76,3 +78,25 @@ def test_host_check_happens_before_token_check(services: ServiceFactory) -> None
     code, err, _ = _run_refused_prepared(service.env, service.args)
     assert code == 2, err
     assert "--host" in err, err
+
+
+def test_the_service_listens_on_loopback_only_and_records_its_url(
+    services: ServiceFactory,
+) -> None:
+    service = services.start()
+    assert service.proc is not None
+    assert stat.S_IMODE(service.url_file.stat().st_mode) == 0o600
+    port = int(service.url.rsplit(":", 1)[1].split("/", 1)[0])
+    assert service.url == f"http://127.0.0.1:{port}/mcp"
+    listening = [
+        c.laddr
+        for c in psutil.Process(service.proc.pid).net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    ]
+    assert listening == [("127.0.0.1", port)]
+
+    # A second service asking for the same port fails with status 2 and says why.
+    other = services.prepare(args=["serve", "--http", "--host", "127.0.0.1", "--port", str(port)])
+    code, err, _ = _run_refused_prepared(other.env, other.args)
+    assert code == 2, err
+    assert f"cannot listen on 127.0.0.1:{port}" in err, err

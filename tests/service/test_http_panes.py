@@ -287,3 +287,29 @@ def test_stdio_proxy_without_a_service_exits_1(services: ServiceFactory) -> None
     assert proc.returncode == 1
     assert "no HTTP service is running" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_stdio_proxy_relays_progress_of_a_long_wait(setup: Setup) -> None:
+    """The service reports progress every few seconds of a wait; the proxy passes it on."""
+    progress: list[tuple[float, float | None]] = []
+
+    async def on_progress(done: float, total: float | None, _message: str | None) -> None:
+        progress.append((done, total))
+
+    async def scenario() -> dict[str, Any]:
+        async with Client(_proxy_params(setup.service)) as proxied:
+            await _start_idle(proxied, "slow")
+            try:
+                result = await proxied.call_tool(
+                    "wait_status",
+                    {"name": "slow", "until": ["done"], "timeout_s": 5.5},
+                    progress_callback=on_progress,
+                )
+            finally:
+                ok(await call(proxied, "remove_pane", {"name": "slow"}))
+            return dict(result.structured_content or {})
+
+    waited = run(scenario(), 60)
+    assert waited["timed_out"] is True
+    assert progress, "no progress notification reached the stdio client"
+    assert progress[0][1] == 5.5
