@@ -14,7 +14,7 @@ re-runs the recogniser on the fresh screen before each later step and refuses wi
 as planned. The fingerprint leaves out the focus marker, so moving the focus does
 not change it; any other change (another command, other options) does.
 
-What each recogniser rests on (``docs/operations-agents.md`` has the full table):
+What each recogniser rests on (``docs/operations.md``, "Agent kinds", has the full table):
 
 - ``demo``: the bundled demo agent's dialog (design §11), measured by the e2e tests.
 - ``opencode``: OpenCode 2.2.7 as measured by OpenAB Shepherd (``Allow once`` is

@@ -11,7 +11,11 @@ blocked, or the prompt line changed), else ``delivery_ambiguous`` after
 sitting unsubmitted in the input line.
 
 Answering a dialog first reads whatever output the PTY already holds, so the
-recogniser sees the newest screen, then checks and writes in the same step. A plan
+recogniser sees the newest screen, then checks and writes in the same step. The
+first key waits until the pane has been quiet for ``DIALOG_SETTLE_S`` (bounded by
+``DIALOG_SETTLE_MAX_S``), re-checking and re-planning on the newest screen when it
+is pressed: a program still busy with the answers to its start-up queries drops
+keys. A plan
 of several keys (arrows, then Enter) is pressed one key per step: before each later
 key the dialog is read again and the answer is refused with ``dialog_changed``
 unless it is the same dialog (same fingerprint) with the focus moved as planned.
@@ -68,6 +72,10 @@ PROMPT_TAIL_CHARS = 16
 # and how long the dialog may take to redraw after a key before the answer is dropped.
 DIALOG_POLL_S = 0.02
 DIALOG_REDRAW_TIMEOUT_S = 2.0
+# Before the first key of an answer the pane must have been quiet (no output, no query
+# answered) this long, or DIALOG_SETTLE_MAX_S must have passed since the request.
+DIALOG_SETTLE_S = 0.2
+DIALOG_SETTLE_MAX_S = 1.0
 # Reading pending output before a dialog check is bounded, so a program that never
 # stops writing cannot hold the loop.
 DRAIN_MAX_READS = 16
@@ -107,6 +115,7 @@ class _DialogAnswer:
     recogniser: Recogniser
     turn: int
     fingerprint: tuple[str, ...]
+    pressed: int = 0
     remaining: int = 0
     generation: int = -1
     deadline: float = 0.0
@@ -115,9 +124,16 @@ class _DialogAnswer:
 class RequestHandler:
     """Dispatches ``ToWorker`` requests and runs the delayed steps they schedule."""
 
-    def __init__(self, worker: PaneWorker, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        worker: PaneWorker,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        dialog_settle_s: float = DIALOG_SETTLE_S,
+    ) -> None:
         self.w = worker
         self._clock = clock
+        self._settle_s = dialog_settle_s
         self._due: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
         self._dialog: _DialogAnswer | None = None
@@ -263,8 +279,8 @@ class RequestHandler:
 
         Taken = the program exited; a turn started or the pane went working or blocked; or
         the typed text, once seen on the cursor's row, is gone from it (the prompt was
-        cleared or the cursor moved on). Text never seen there (an empty prompt, or one a
-        program shows abbreviated) counts as taken when the cursor's row changed at all.
+        cleared or the cursor moved on). A prompt never seen there (shown abbreviated)
+        counts only by status; an empty prompt counts on any change of the cursor's row.
         """
         status = self.w.screen.status
         prog = self.w.program
@@ -338,6 +354,18 @@ class RequestHandler:
         recogniser = recogniser_for(self.w.boot.agent)
         plan = recogniser(self._dialog_screen(), msg.answer)
         job = _DialogAnswer(msg.rid, msg.answer, recogniser, status.turn, plan.fingerprint)
+        job.deadline = self._clock() + DIALOG_SETTLE_MAX_S
+        self._dialog = job
+        self._first_key(job, plan)
+
+    def _first_key(self, job: _DialogAnswer, plan: DialogPlan) -> None:
+        """Press the first key once the pane is quiet (bounded); the check is in this step."""
+        quiet_s = self._clock() - self.w.screen.last_activity
+        if quiet_s < self._settle_s and self._clock() < job.deadline:
+            # Real CLIs still reading the answers to their start-up queries drop keys
+            # (Claude Code swallowed an Esc sent right after its trust prompt appeared).
+            self._later(self._settle_s - quiet_s, lambda: self._continue_dialog(job))
+            return
         self._press(job, plan)
 
     def _dialog_screen(self) -> DialogScreen:
@@ -356,6 +384,7 @@ class RequestHandler:
 
     def _press(self, job: _DialogAnswer, plan: DialogPlan) -> None:
         """Write the plan's first key; the last one completes the request."""
+        job.pressed += 1
         if len(plan.steps) == 1:
             self._dialog = None
             if job.answer == DENY_ONCE:
@@ -369,6 +398,22 @@ class RequestHandler:
         job.deadline = self._clock() + DIALOG_REDRAW_TIMEOUT_S
         self._queue(plan.keys)
         self._later(DIALOG_POLL_S, lambda: self._continue_dialog(job))
+
+    def _replan(self, job: _DialogAnswer) -> DialogPlan:
+        """The recogniser's plan on the screen as it is now, for the same dialog only."""
+        try:
+            plan = job.recogniser(self._dialog_screen(), job.answer)
+        except PanewardenError as exc:
+            raise PanewardenError(
+                ErrorCode.DIALOG_CHANGED,
+                "the dialog changed while it was being answered; no further key was sent",
+            ) from exc
+        if plan.fingerprint != job.fingerprint:
+            raise PanewardenError(
+                ErrorCode.DIALOG_CHANGED,
+                "another dialog replaced the one being answered; no further key was sent",
+            )
+        return plan
 
     def _continue_dialog(self, job: _DialogAnswer) -> None:
         try:
@@ -387,21 +432,15 @@ class RequestHandler:
                 ErrorCode.DIALOG_CHANGED,
                 "the pane left the dialog before the answer was complete; no further key was sent",
             )
+        if job.pressed == 0:
+            # Still settling: nothing was pressed, so plan afresh on the newest screen.
+            plan = self._replan(job)
+            self._first_key(job, plan)
+            return
         generation = self.w.screen.terminal.text_generation
         if generation != job.generation:
             job.generation = generation
-            try:
-                plan = job.recogniser(self._dialog_screen(), job.answer)
-            except PanewardenError as exc:
-                raise PanewardenError(
-                    ErrorCode.DIALOG_CHANGED,
-                    "the dialog changed while it was being answered; no further key was sent",
-                ) from exc
-            if plan.fingerprint != job.fingerprint:
-                raise PanewardenError(
-                    ErrorCode.DIALOG_CHANGED,
-                    "another dialog replaced the one being answered; no further key was sent",
-                )
+            plan = self._replan(job)
             if len(plan.steps) == job.remaining:
                 self._press(job, plan)
                 return

@@ -104,12 +104,15 @@ class ScreenState:
         self.watches: dict[int, Watch] = {}
         self._watched_generation = -1
         self.last_decision: Decision | None = None
+        # When the program last wrote or the terminal last answered it (for settling).
+        self.last_activity = float("-inf")
 
     def attach(self, program: Program | None) -> None:
         """Connect the PTY that query answers are written to."""
         self.program = program
 
     def _reply(self, data: bytes) -> None:
+        self.last_activity = self._clock()
         if self.program is not None and not self.program.eof:
             self.program.queue_input(data)
 
@@ -118,6 +121,7 @@ class ScreenState:
 
     def feed(self, data: bytes) -> None:
         """Feed program output; update status and watches."""
+        self.last_activity = self._clock()
         self.terminal.feed(data)
         if self._report_seen:
             self._report_seen = False

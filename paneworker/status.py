@@ -82,7 +82,6 @@ class StatusMachine:
         """Apply a state decided by ``source``; returns True when the record changed."""
         if reported not in REPORTED_STATES:
             return False
-        self.source = source
         new_kind: BlockedKind | None = None
         new_state: AgentState
         if reported == "clear":
@@ -114,8 +113,10 @@ class StatusMachine:
             self._in_turn = False
             self._turn_cancelled = False
         if new_state == self.state and new_kind == self.kind:
+            # Nothing recorded changed; ``source`` keeps naming who decided the record.
             return False
         self.state, self.kind = new_state, new_kind
+        self.source = source
         self.seq += 1
         return True
 

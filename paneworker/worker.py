@@ -14,6 +14,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import zmq
 
@@ -22,6 +23,7 @@ from paneworker.oscalls import OsCalls
 from paneworker.program import Program
 from paneworker.reaper import Reaper
 from paneworker.requests import RequestHandler
+from paneworker.screen_rules import load_rules
 from paneworker.screenstate import ScreenState
 from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
@@ -52,7 +54,10 @@ class PaneWorker:
         self.started_at = time.time()
         self.reaper = Reaper(OsCalls(), os.getpid())
         self.reaper.become_subreaper()
-        self.screen = ScreenState(boot, lambda msg: self.link.send(msg))
+        rules_dir = Path(boot.rules_dir) if boot.rules_dir else None
+        self.screen = ScreenState(
+            boot, lambda msg: self.link.send(msg), rules=load_rules(boot.agent, rules_dir)
+        )
         self.program: Program | None = None
         self.spawn_error: str | None = None
         try:
@@ -145,6 +150,9 @@ class PaneWorker:
     def _poll_timeout_ms(self) -> int:
         now = time.monotonic()
         nxt = min(self.timers.heartbeat_at, self.timers.scan_at, self.requests.next_deadline())
+        rules_due = self.screen.rules_deadline()
+        if rules_due is not None:
+            nxt = min(nxt, rules_due)
         return max(0, min(1000, int((nxt - now) * 1000) + 1))
 
     def _service_pty(self, mask: int) -> None:

@@ -28,6 +28,8 @@ class BootRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     orphan_grace_s: float = 120.0
     kill_grace_s: float = 2.0
     history_lines: int = 5000
+    # Operator overrides of the screen rules: ``<dir>/<agent>.json`` (None: bundled only).
+    rules_dir: str | None = None
 
 
 MAX_BOOT_BYTES = 256 * 1024

@@ -311,6 +311,7 @@ class PaneService:
                     "cols": spec.cols,
                     "rows": spec.rows,
                     "orphan_grace_s": self.config.orphan_grace_s,
+                    "rules_dir": self._rules_dir(),
                 },
                 dict(self.config.environ),
             )
@@ -346,6 +347,12 @@ class PaneService:
                 ErrorCode.SPAWN_FAILED, f"cannot start {spec.argv[0]!r}: {hello.spawn_error}"
             )
         return pane
+
+    def _rules_dir(self) -> str | None:
+        """Screen-rule overrides live in ``rules/`` beside the profiles file."""
+        if not self.config.profiles_path:
+            return None
+        return os.path.join(os.path.dirname(os.path.abspath(self.config.profiles_path)), "rules")
 
     def _save_record(self, pane: Pane) -> None:
         handle = pane.handle

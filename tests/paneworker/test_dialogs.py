@@ -24,7 +24,12 @@ import pytest
 
 from paneworker.dialogs import DialogPlan, DialogScreen, recogniser_for
 from paneworker.program import Program
-from paneworker.requests import DIALOG_REDRAW_TIMEOUT_S, RequestHandler
+from paneworker.requests import (
+    DIALOG_REDRAW_TIMEOUT_S,
+    DIALOG_SETTLE_MAX_S,
+    SUBMIT_ACK_TIMEOUT_S,
+    RequestHandler,
+)
 from paneworker.screenstate import ScreenState
 from paneworker.terminal import Terminal
 from protocol import PROTOCOL_VERSION
@@ -391,6 +396,11 @@ class FakeClock:
     def __call__(self) -> float:
         return self.now if self.frozen else time.monotonic()
 
+    def freeze(self) -> None:
+        """Stop at the present moment; the test moves ``now`` from here."""
+        self.now = time.monotonic()
+        self.frozen = True
+
 
 class Link:
     def __init__(self) -> None:
@@ -407,14 +417,21 @@ class ScriptedPane:
     test's marker does not count).
     """
 
-    def __init__(self, tmp_path: Path, agent: str, frames: list[str]) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        agent: str,
+        frames: list[str],
+        script: str = AGENT_SCRIPT,
+        settle_s: float = 0.0,
+    ) -> None:
         self.log = tmp_path / "typed.log"
         self.log.write_bytes(b"")
         frames_path = tmp_path / "frames.json"
         frames_path.write_text(json.dumps(frames))
-        script = tmp_path / "agent.py"
-        script.write_text(AGENT_SCRIPT)
-        argv = [sys.executable, str(script), str(self.log), str(frames_path)]
+        script_path = tmp_path / "agent.py"
+        script_path.write_text(script)
+        argv = [sys.executable, str(script_path), str(self.log), str(frames_path)]
         env = {"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8", "TERM": "xterm-256color"}
         self.boot = BootRecord(
             protocol_version=PROTOCOL_VERSION,
@@ -435,7 +452,9 @@ class ScriptedPane:
         self.program: Program | None = Program(argv, str(tmp_path), env, 100, 30)
         self.screen.attach(self.program)
         self.screen.status.set_lifecycle("running")
-        self.requests = RequestHandler(self, clock=self.clock)  # type: ignore[arg-type]
+        self.requests = RequestHandler(  # type: ignore[arg-type]
+            self, clock=self.clock, dialog_settle_s=settle_s
+        )
         self._rid = 0
         self._seen = 0
 
@@ -459,7 +478,10 @@ class ScriptedPane:
         self._rid += 1
         rid = self._rid
         self.requests.handle(AnswerDialog(rid=rid, answer=answer, **extra))  # type: ignore[arg-type]
-        self.pump_until(lambda: self.reply(rid) is not None)
+        return self.wait_reply(rid)
+
+    def wait_reply(self, rid: int, timeout_s: float = 5.0) -> Ok | Failed:
+        self.pump_until(lambda: self.reply(rid) is not None, timeout_s)
         reply = self.reply(rid)
         assert reply is not None
         return reply
@@ -496,13 +518,15 @@ class ScriptedPane:
 
 
 @pytest.fixture
-def scripted(tmp_path: Path) -> Iterator[Callable[[str, list[str]], ScriptedPane]]:
+def scripted(tmp_path: Path) -> Iterator[Callable[..., ScriptedPane]]:
     panes: list[ScriptedPane] = []
 
-    def start(agent: str, frames: list[str]) -> ScriptedPane:
+    def start(
+        agent: str, frames: list[str], script: str = AGENT_SCRIPT, settle_s: float = 0.0
+    ) -> ScriptedPane:
         path = tmp_path / f"p{len(panes)}"
         path.mkdir()
-        pane = ScriptedPane(path, agent, frames)
+        pane = ScriptedPane(path, agent, frames, script, settle_s)
         panes.append(pane)
         return pane
 
@@ -549,7 +573,7 @@ ANSWERED = [
     ids=[f"{a}-{ans}" for a, _, ans, _ in ANSWERED],
 )
 def test_answer_dialog_types_exactly_the_planned_keys(
-    scripted: Callable[[str, list[str]], ScriptedPane],
+    scripted: Callable[..., ScriptedPane],
     agent: str,
     frames: list[str],
     answer: str,
@@ -588,7 +612,7 @@ REFUSED = [
     ids=[f"{a}-{ans}-{i}" for i, (a, _, ans) in enumerate(REFUSED)],
 )
 def test_every_refusal_types_nothing(
-    scripted: Callable[[str, list[str]], ScriptedPane],
+    scripted: Callable[..., ScriptedPane],
     agent: str,
     frames: list[str],
     answer: str,
@@ -599,7 +623,7 @@ def test_every_refusal_types_nothing(
 
 
 def test_no_dialog_and_wrong_turn_type_nothing(
-    scripted: Callable[[str, list[str]], ScriptedPane],
+    scripted: Callable[..., ScriptedPane],
 ) -> None:
     pane = scripted("kiro", [kiro_dialog(0)])  # drawn, but the pane is not blocked
     pane.pump_until(lambda: pane.shows("requires approval"))
@@ -610,7 +634,7 @@ def test_no_dialog_and_wrong_turn_type_nothing(
 
 
 def test_output_already_on_the_pty_is_read_before_the_check(
-    scripted: Callable[[str, list[str]], ScriptedPane],
+    scripted: Callable[..., ScriptedPane],
 ) -> None:
     """The program moved the highlight just before the request: the move is seen, not missed."""
     moved = OC_REFUSED["highlight-on-always"]
@@ -625,7 +649,7 @@ def test_output_already_on_the_pty_is_read_before_the_check(
 
 
 def test_a_dialog_replaced_between_keys_is_refused_as_changed(
-    scripted: Callable[[str, list[str]], ScriptedPane],
+    scripted: Callable[..., ScriptedPane],
 ) -> None:
     """After the first Down the agent draws another command's dialog: Enter is never sent."""
     frames = [kiro_dialog(0) + BLOCKED, kiro_dialog(1, command="rm -rf /")]
@@ -636,7 +660,7 @@ def test_a_dialog_replaced_between_keys_is_refused_as_changed(
 
 
 def test_a_focus_that_jumps_the_wrong_way_is_refused_as_changed(
-    scripted: Callable[[str, list[str]], ScriptedPane],
+    scripted: Callable[..., ScriptedPane],
 ) -> None:
     frames = [devin_dialog(0) + BLOCKED, devin_dialog(3)]  # Down moved the focus by three
     pane = blocked_on(scripted("devin", frames), "Approve once")
@@ -645,7 +669,7 @@ def test_a_focus_that_jumps_the_wrong_way_is_refused_as_changed(
 
 
 def test_leaving_the_dialog_between_keys_is_refused_as_changed(
-    scripted: Callable[[str, list[str]], ScriptedPane],
+    scripted: Callable[..., ScriptedPane],
 ) -> None:
     frames = [kiro_dialog(0) + BLOCKED, "\x1b]7501;state=working\x1b\\" + kiro_dialog(1)]
     pane = blocked_on(scripted("kiro", frames), "Shell pwd")
@@ -654,7 +678,7 @@ def test_leaving_the_dialog_between_keys_is_refused_as_changed(
 
 
 def test_a_dialog_that_never_redraws_is_refused_after_the_bound(
-    scripted: Callable[[str, list[str]], ScriptedPane],
+    scripted: Callable[..., ScriptedPane],
 ) -> None:
     pane = blocked_on(scripted("kiro", [kiro_dialog(0) + BLOCKED]), "Shell pwd")
     rid = 99
@@ -671,7 +695,7 @@ def test_a_dialog_that_never_redraws_is_refused_after_the_bound(
 
 
 def test_the_dialog_changed_between_plan_and_press_in_the_pane_screen(
-    scripted: Callable[[str, list[str]], ScriptedPane],
+    scripted: Callable[..., ScriptedPane],
 ) -> None:
     """Bytes fed to the worker's screen after the first key: the next key is refused."""
     pane = blocked_on(scripted("devin", [devin_dialog(0) + BLOCKED]), "Approve once")
@@ -685,7 +709,7 @@ def test_the_dialog_changed_between_plan_and_press_in_the_pane_screen(
 
 
 def test_while_keys_are_pressed_other_input_and_answers_are_refused(
-    scripted: Callable[[str, list[str]], ScriptedPane],
+    scripted: Callable[..., ScriptedPane],
 ) -> None:
     frames = [kiro_dialog(0) + BLOCKED, kiro_dialog(1), kiro_dialog(2)]
     pane = blocked_on(scripted("kiro", frames), "Shell pwd")
@@ -702,7 +726,7 @@ def test_while_keys_are_pressed_other_input_and_answers_are_refused(
 
 
 def test_a_screen_decided_block_is_answered_too(
-    scripted: Callable[[str, list[str]], ScriptedPane],
+    scripted: Callable[..., ScriptedPane],
 ) -> None:
     """Kiro sends no OSC 7501: the pane is blocked by its screen rules, then answered."""
     pane = scripted("kiro", [kiro_dialog(0)])
@@ -710,3 +734,136 @@ def test_a_screen_decided_block_is_answered_too(
     assert pane.screen.status.source == "screen"
     assert isinstance(pane.answer("allow_once"), Ok)
     assert pane.typed() == ENTER
+
+
+def test_the_first_key_waits_for_the_pane_to_be_quiet(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """Measured on Claude Code 2.1.332: an Esc sent as its trust prompt's start-up queries
+    were being answered was dropped; 0.25 s later it worked. Keys wait for quiet."""
+    pane = blocked_on(scripted("opencode", [opencode_dialog() + BLOCKED], settle_s=0.2), "")
+    pane.clock.freeze()
+    pane.screen.feed(b"\x1b[c")  # a query answered just now: the pane is busy
+    pane.requests.handle(AnswerDialog(rid=5, answer="deny_once"))
+    pane.clock.now += 0.1
+    pane.requests.run_due(pane.clock())
+    assert pane.reply(5) is None
+    assert pane.typed() == b"\x1b[?62;22c"  # the answer to the query, and no key yet
+    pane.clock.now += 0.15
+    assert isinstance(pane.wait_reply(5), Ok)
+    assert pane.typed() == ESC
+
+
+def test_a_dialog_replaced_while_settling_types_nothing(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    pane = blocked_on(scripted("kiro", [kiro_dialog(0) + BLOCKED], settle_s=0.2), "Shell pwd")
+    pane.clock.freeze()
+    pane.screen.feed(b"x")
+    pane.requests.handle(AnswerDialog(rid=6, answer="allow_once"))
+    pane.screen.feed(kiro_dialog(0, command="rm -rf /").encode())
+    pane.clock.now += 0.5
+    reply = pane.wait_reply(6)
+    assert isinstance(reply, Failed) and reply.code == "dialog_changed", reply
+    assert pane.typed() == b""
+
+
+def test_a_pane_that_never_goes_quiet_is_answered_after_the_bound(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    pane = blocked_on(scripted("opencode", [opencode_dialog() + BLOCKED], settle_s=0.2), "")
+    pane.clock.freeze()
+    pane.requests.handle(AnswerDialog(rid=8, answer="allow_once"))
+    for _ in range(int(DIALOG_SETTLE_MAX_S / 0.1)):
+        pane.screen.feed(b"\x1b[1;1H")  # output every 0.1 s, as a spinner would
+        pane.clock.now += 0.1
+        pane.requests.run_due(pane.clock())
+    pane.screen.feed(b"\x1b[1;1H")
+    pane.clock.now += 0.15  # past the bound, still busy: pressed anyway
+    assert isinstance(pane.wait_reply(8), Ok)
+    assert pane.typed() == ENTER
+
+
+# -- 5. send_input: a prompt is reported sent only once the program took it -------------
+
+# A line-editing agent. Its first "frame" argument is its mode: "echo" echoes keys and
+# answers each Enter; "paste" does the same with bracketed paste on; "report" also
+# reports OSC 7501 working on Enter; "ignore" echoes but never takes Enter; "late" shows
+# the line only when Enter comes and never takes it; "exit" exits on Enter.
+LINE_AGENT = r"""
+import json, os, sys, tty
+log_path, frames_path = sys.argv[1], sys.argv[2]
+with open(frames_path, encoding="utf-8") as f:
+    mode = json.load(f)[0]
+tty.setraw(0)
+if mode == "paste":
+    os.write(1, b"\x1b[?2004h")
+os.write(1, b"> ")
+line = b""
+with open(log_path, "ab", buffering=0) as log:
+    while True:
+        data = os.read(0, 4096)
+        if not data:
+            break
+        log.write(data)
+        if b"<end-of-test>" in data:
+            continue
+        for key in data.replace(b"\x1b[200~", b"").replace(b"\x1b[201~", b""):
+            if key != 13:
+                line += bytes([key])
+                if mode not in ("late",):
+                    os.write(1, bytes([key]))
+            elif mode == "exit":
+                sys.exit(0)
+            elif mode == "late":
+                os.write(1, line)
+            elif mode != "ignore":
+                if mode == "report":
+                    os.write(1, b"\x1b]7501;state=working\x1b\\")
+                os.write(1, b"\r\nok: " + line + b"\r\n> ")
+                line = b""
+"""
+
+
+def submit(pane: ScriptedPane, text: str, rid: int = 50) -> Ok | Failed:
+    pane.pump_until(lambda: pane.shows(">"))
+    pane.requests.handle(WriteInput(rid=rid, text=text))
+    return pane.wait_reply(rid)
+
+
+@pytest.mark.parametrize("mode", ["echo", "report", "exit"])
+def test_a_taken_prompt_is_acknowledged(scripted: Callable[..., ScriptedPane], mode: str) -> None:
+    pane = scripted("generic", [mode], LINE_AGENT)
+    reply = submit(pane, "hello there")
+    assert isinstance(reply, Ok), reply
+    if mode == "report":
+        assert reply.turn == 1
+    if mode != "exit":
+        assert pane.typed() == b"hello there\r"
+
+
+def test_bracketed_paste_is_used_when_the_program_asked_for_it(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    pane = scripted("generic", ["paste"], LINE_AGENT)
+    pane.pump_until(lambda: pane.screen.terminal.bracketed_paste)
+    assert isinstance(submit(pane, "two\nlines"), Ok)
+    assert pane.typed() == b"\x1b[200~two\rlines\x1b[201~\r"
+
+
+@pytest.mark.parametrize("mode", ["ignore", "late"])
+def test_a_prompt_left_in_the_input_line_is_delivery_ambiguous(
+    scripted: Callable[..., ScriptedPane], mode: str
+) -> None:
+    """Enter swallowed, or the text drawn only after Enter: never reported as sent."""
+    pane = scripted("generic", [mode], LINE_AGENT)
+    pane.pump_until(lambda: pane.shows(">"))
+    pane.requests.handle(WriteInput(rid=9, text="hello there"))
+    pane.pump_until(lambda: pane.unseen().endswith(b"\r") and pane.shows("hello there"))
+    assert pane.reply(9) is None
+    pane.clock.frozen = True
+    pane.clock.now = time.monotonic() + SUBMIT_ACK_TIMEOUT_S + 1
+    reply = pane.wait_reply(9)
+    assert isinstance(reply, Failed) and reply.code == "delivery_ambiguous", reply
+    pane.clock.frozen = False
+    assert pane.typed() == b"hello there\r"

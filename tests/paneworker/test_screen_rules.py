@@ -301,6 +301,7 @@ SYNTHETIC = [
     ("opencode", "permission", ("blocked", "permission")),
     ("opencode", "question", ("blocked", "question")),
     ("opencode", "working_interrupt", ("working", None)),
+    ("opencode", "working_footer", ("working", None)),  # copied from a live opencode pane
     ("opencode", "idle_error_done", ("idle", None)),
     ("opencode", "prose_permission", ("idle", None)),
     ("opencode", "bypass_status", ("unknown", None)),
