@@ -162,7 +162,7 @@ async def test_pane_tools_refuse_bad_input(state_dir: Path, tmp_path: Path) -> N
             idle = await tools.wait("p", until=["idle"])
 
             ghost = "ghost"
-            for tool, args in (
+            calls: tuple[tuple[str, dict[str, Any]], ...] = (
                 ("send_input", {"name": ghost, "text": "hi"}),
                 ("read_output", {"name": ghost}),
                 ("get_status", {"name": ghost}),
@@ -173,7 +173,8 @@ async def test_pane_tools_refuse_bad_input(state_dir: Path, tmp_path: Path) -> N
                 ("interrupt_pane", {"name": ghost}),
                 ("answer_dialog", {"name": ghost, "answer": "allow_once"}),
                 ("remove_pane", {"name": ghost}),
-            ):
+            )
+            for tool, args in calls:
                 await refused(tools, "not_found", tool, **args)
 
             for text in ("\x1b[A", "\x03", "\x7f", "\x9b", "\x00", "\r", "\x85", "ok\x1bnot"):
@@ -181,7 +182,7 @@ async def test_pane_tools_refuse_bad_input(state_dir: Path, tmp_path: Path) -> N
             for answer in ("always_allow", "allow", "yes", "", "ALLOW_ONCE", 1, None):
                 await refused(tools, "invalid_argument", "answer_dialog", name="p", answer=answer)
 
-            for tool, args in (
+            calls = (
                 ("send_input", {"name": "p", "text": "hi", "evil": 1}),
                 ("read_output", {"name": "p", "evil": 1}),
                 ("get_status", {"name": "p", "evil": 1}),
@@ -192,10 +193,11 @@ async def test_pane_tools_refuse_bad_input(state_dir: Path, tmp_path: Path) -> N
                 ("interrupt_pane", {"name": "p", "evil": 1}),
                 ("answer_dialog", {"name": "p", "answer": "deny_once", "evil": 1}),
                 ("remove_pane", {"name": "p", "evil": 1}),
-            ):
+            )
+            for tool, args in calls:
                 await refused(tools, "invalid_argument", tool, **args)
 
-            for tool, args in (
+            calls = (
                 ("send_input", {"name": "p", "text": 5}),
                 ("send_input", {"name": "p"}),
                 ("send_input", {"name": "p", "text": "hi", "submit": "yes"}),
@@ -219,7 +221,8 @@ async def test_pane_tools_refuse_bad_input(state_dir: Path, tmp_path: Path) -> N
                 ("wait_output", {"name": "p", "pattern": "x", "regex": "no"}),
                 ("interrupt_pane", {}),
                 ("remove_pane", {"name": None}),
-            ):
+            )
+            for tool, args in calls:
                 await refused(tools, "invalid_argument", tool, **args)
 
             # Nothing of that reached the pane.

@@ -171,7 +171,9 @@ async def test_worker_sigkill_at_random_moments(state_dir: Path, tmp_path: Path)
                 seen: set[ProcKey] = set()
                 stop = anyio.Event()
 
-                async def sample(i: int = i, seen: set[ProcKey] = seen, stop: anyio.Event = stop):
+                async def sample(
+                    i: int = i, seen: set[ProcKey] = seen, stop: anyio.Event = stop
+                ) -> None:
                     # Records the pane's processes (spawned grandchildren too) as they appear.
                     while not stop.is_set():
                         seen.update(marks.pane_procs(i))

@@ -115,7 +115,7 @@ def test_toml_and_json_files_load_to_the_same_profiles(tmp_path: Path) -> None:
                 "extra_args": ["--model", "opus"],
                 "cwds": ["/srv/work", "/home/dev"],
                 "env": {"API_KEY": "env:CLAUDE_KEY", "MODE": "fast", "TOKEN": "file:/run/t"},
-                "permission_mode": "accept-edits",
+                "permission_mode": "normal",
                 "cols": 200,
                 "rows": 50,
                 "colorterm": True,
@@ -138,7 +138,7 @@ agent = "claude"
 argv = ["claude", "--verbose"]
 extra_args = ["--model", "opus"]
 cwds = ["/srv/work", "/home/dev"]
-permission_mode = "accept-edits"
+permission_mode = "normal"
 cols = 200
 rows = 50
 colorterm = true
@@ -277,18 +277,19 @@ def test_opencode_outside_normal_mode_is_refused(tmp_path: Path, fields: dict[st
     assert message.startswith("profiles[0].permission_mode: opencode profiles allow only 'normal'")
 
 
-@pytest.mark.parametrize("agent", ["kiro", "devin", "demo", "generic"])
+@pytest.mark.parametrize("agent", ["kiro", "devin", "demo", "generic", "claude", "codex"])
 @pytest.mark.parametrize("mode", ["accept-edits", "bypass"])
-def test_unmeasured_agents_cannot_leave_normal_mode(tmp_path: Path, agent: str, mode: str) -> None:
+def test_no_agent_leaves_normal_mode_without_a_measured_adapter(
+    tmp_path: Path, agent: str, mode: str
+) -> None:
     message = refused_one(tmp_path, agent=agent, permission_mode=mode)
     assert message.startswith(f"profiles[0].permission_mode: {mode!r} is not allowed")
 
 
-@pytest.mark.parametrize("agent", ["claude", "codex"])
-@pytest.mark.parametrize("mode", ["normal", "accept-edits", "bypass"])
-def test_measured_agents_may_use_every_mode(tmp_path: Path, agent: str, mode: str) -> None:
-    profile = one(tmp_path, agent=agent, permission_mode=mode).get("p")
-    assert profile.permission_mode == mode
+@pytest.mark.parametrize("agent", ["claude", "codex", "kiro", "generic"])
+def test_every_agent_may_use_normal_mode(tmp_path: Path, agent: str) -> None:
+    profile = one(tmp_path, agent=agent, permission_mode="normal").get("p")
+    assert profile.permission_mode == "normal"
 
 
 def test_unknown_agent_is_refused(tmp_path: Path) -> None:
