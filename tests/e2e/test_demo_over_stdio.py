@@ -106,3 +106,19 @@ async def test_wait_output_and_interrupt(tools: Tools) -> None:
     assert (await tools.call("wait_output", name="w", pattern="^C", timeout_s=10))["matched"]
     assert (await tools.call("get_status", name="w"))["seq"] >= done["seq"]
     await tools.call("remove_pane", name="w")
+
+
+async def test_a_long_multi_line_prompt_arrives_whole_as_one_turn(tools: Tools) -> None:
+    await tools.call("start_pane", name="long", profile="demo")
+    idle = await tools.wait("long", until=["idle"])
+    words = [f"w{i:04d}" for i in range(1200)]
+    lines = [" ".join(words[i : i + 12]) for i in range(0, len(words), 12)]
+    sent = await tools.call("send_input", name="long", text="\n".join(lines))
+    done = await tools.wait("long", after=idle["seq"], until=["done"])
+    # The demo enables bracketed paste: the 100 lines are one prompt, so one turn.
+    assert done["turn"] == sent["turn"] == 1
+    text = (await tools.call("read_output", name="long", scrollback=True))["text"]
+    reply = text[text.index("reply: ") :]
+    flat = "".join(reply.split())
+    assert "".join(words) in flat, "some of the prompt was lost"
+    await tools.call("remove_pane", name="long")

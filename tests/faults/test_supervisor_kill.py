@@ -129,6 +129,7 @@ async def _drive_and_kill(state: Path, marks: Marks, known: set[ProcKey], delay:
     return killed_at
 
 
+@pytest.mark.slow
 async def test_supervisor_sigkill_orphans_kill_their_trees(tmp_path: Path) -> None:
     rng, seed = seeded_rng("test_supervisor_sigkill_orphans_kill_their_trees")
     async with anyio.create_task_group() as tg:

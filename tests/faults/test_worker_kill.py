@@ -137,6 +137,7 @@ async def test_worker_sigkill_right_after_a_detached_spawn(state_dir: Path, tmp_
         sigkill_all(recorded | marks.everything())
 
 
+@pytest.mark.slow
 async def test_worker_sigkill_at_random_moments(state_dir: Path, tmp_path: Path) -> None:
     rng, seed = seeded_rng("test_worker_sigkill_at_random_moments")
     iterations = int(os.environ.get("PANEWARDEN_FAULT_ITERATIONS", "10"))
