@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import msgspec
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
@@ -364,6 +365,19 @@ def _audit(
     access.audit(caller, spec.name, pane, outcome, code)
 
 
+def _unknown_tool_guard(names: frozenset[str]) -> Any:
+    """Middleware: a call to a tool that does not exist gets the JSON error object too."""
+
+    async def guard(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method == "tools/call" and ctx.request_id is not None:
+            name = (ctx.params or {}).get("name")
+            if isinstance(name, str) and name not in names:
+                return error_result(ErrorCode.NOT_FOUND, f"no tool named {name[:64]!r}")
+        return await call_next(ctx)
+
+    return guard
+
+
 def build_server(service: PaneService, access: Access, **server_kwargs: Any) -> MCPServer:
     """The MCP server for ``service``; extra keyword arguments go to ``MCPServer``."""
     tools = [_make_tool(spec, access) for spec in _tool_specs(service)]
@@ -372,5 +386,6 @@ def build_server(service: PaneService, access: Access, **server_kwargs: Any) -> 
         version=VERSION,
         instructions=INSTRUCTIONS,
         tools=tools,
+        middleware=[_unknown_tool_guard(frozenset(t.name for t in tools))],
         **server_kwargs,
     )

@@ -13,7 +13,7 @@ import ctypes
 import logging
 import os
 import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 import psutil
 
@@ -36,18 +36,22 @@ def become_subreaper() -> bool:
     return True
 
 
-def sweep_leftovers(managed: Callable[[], set[int]]) -> int:
-    """Kill and reap every child that is not a managed worker; returns how many."""
+def sweep_leftovers(managed: Callable[[], set[int]], already: Collection[int] = ()) -> set[int]:
+    """Kill and reap every child that is not a managed worker; returns the pids killed.
+
+    ``already`` holds pids the caller just killed, so nothing is signalled or counted twice.
+    """
     keep = managed()
-    count = 0
+    killed: set[int] = set()
     for pid in own_children():
         if pid in keep:
             continue
         if is_zombie(pid):
             _reap(pid)
             continue
-        count += kill_processes([pid], reason="adopted leftover of a dead pane")
-    return count
+        if pid not in already:
+            killed |= kill_processes([pid], "adopted leftover of a dead pane", skip=already)
+    return killed
 
 
 def _reap(pid: int) -> None:
@@ -57,27 +61,35 @@ def _reap(pid: int) -> None:
         return
 
 
-def kill_processes(pids: Iterable[int], reason: str) -> int:
-    """SIGKILL each pid and its descendants (no grace: their pane is already lost)."""
-    victims: list[psutil.Process] = []
+def kill_processes(pids: Iterable[int], reason: str, skip: Collection[int] = ()) -> set[int]:
+    """SIGKILL each pid and its descendants (no grace: their pane is already lost).
+
+    Returns the pids signalled; zombies and pids in ``skip`` are left alone.
+    """
+    victims: dict[int, psutil.Process] = {}
     for pid in pids:
         if pid <= 1 or pid == os.getpid():
             continue
         try:
             proc = psutil.Process(pid)
-            victims.extend([proc, *proc.children(recursive=True)])
+            for member in (proc, *proc.children(recursive=True)):
+                victims.setdefault(member.pid, member)
         except psutil.Error:
             continue
-    for proc in victims:
+    killed: set[int] = set()
+    for pid, proc in victims.items():
+        if pid in skip or is_zombie(pid):
+            continue
         try:
             proc.send_signal(signal.SIGKILL)
-            log.warning("killed pid %d (%s)", proc.pid, reason, extra={"pid": proc.pid})
         except psutil.Error:
             continue
-    return len(victims)
+        killed.add(pid)
+        log.warning("killed pid %d (%s)", pid, reason, extra={"pid": pid})
+    return killed
 
 
-def kill_recorded(session_id: int | None, recorded: Iterable[tuple[int, int]]) -> int:
+def kill_recorded(session_id: int | None, recorded: Iterable[tuple[int, int]]) -> set[int]:
     """Kill a dead pane's session members and recorded descendants (start times checked)."""
     victims: set[int] = set()
     for pid, ticks in recorded:

@@ -57,6 +57,8 @@ RPC_TIMEOUT_S = 15.0
 PANE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 SWEEP_INTERVAL_S = 1.0
 CLOSE_GRACE_S = 2.0
+# How long a removal waits for a re-adopted worker's Hello (it re-sends it within ~3 s).
+ADOPTION_WAIT_S = 8.0
 
 
 def demo_argv() -> list[str]:
@@ -168,7 +170,7 @@ class PaneService:
         await asyncio.gather(*self._adoptions, return_exceptions=True)
         if not keep_panes:
             await asyncio.gather(
-                *(self._remove(p, force=True) for p in list(self.panes.values())),
+                *(self._remove(p) for p in list(self.panes.values())),
                 return_exceptions=True,
             )
         if self._sweeper is not None:
@@ -217,14 +219,14 @@ class PaneService:
 
     def _on_death(self, handle: WorkerHandle) -> None:
         killed = orphans.kill_recorded(handle.session_id, handle.descendants)
-        killed += orphans.sweep_leftovers(self.workers.managed_pids)
+        killed |= orphans.sweep_leftovers(self.workers.managed_pids, already=killed)
         pane = self._by_instance.get(handle.instance)
         if pane is None or pane.closing:
             return
         log.error(
             "worker died (exit %s); pane lost, %d processes killed",
             handle.exit_code,
-            killed,
+            len(killed),
             extra={"pane": pane.name, "worker_pid": handle.pid},
         )
         old = pane.status
@@ -342,7 +344,7 @@ class PaneService:
             extra={"pane": name, "worker_pid": handle.pid, "pid": hello.child_pid},
         )
         if hello.spawn_error is not None:
-            await self._remove(pane, force=True)
+            await self._remove(pane)
             raise PanewardenError(
                 ErrorCode.SPAWN_FAILED, f"cannot start {spec.argv[0]!r}: {hello.spawn_error}"
             )
@@ -476,29 +478,23 @@ class PaneService:
         pane = self.pane(name)
         if pane.closing:
             raise PanewardenError(ErrorCode.NOT_FOUND, f"pane {name!r} is being removed")
-        return await self._remove(pane, force=False)
+        return await self._remove(pane)
 
-    async def _remove(self, pane: Pane, force: bool) -> tuple[int | None, int]:
+    async def _remove(self, pane: Pane) -> tuple[int | None, int]:
         pane.closing = True
         handle = pane.handle
         exit_code: int | None = pane.status.exit_code
         killed = 0
         try:
             if not handle.dead:
-                try:
-                    reply = await self.workers.request(
-                        handle,
-                        lambda rid: Close(rid=rid, grace_s=CLOSE_GRACE_S),
-                        CLOSE_GRACE_S + 10,
-                    )
-                    if isinstance(reply, Closed):
-                        exit_code, killed = reply.exit_code, reply.killed
-                except PanewardenError as exc:
-                    log.warning(
-                        "close failed (%s); killing the worker", exc.code, extra={"pane": pane.name}
-                    )
+                closed = await self._close_worker(pane)
+                if closed is None:
+                    # No orderly close: the worker and then the leftovers are killed.
+                    self.workers.kill(handle)
+                else:
+                    exit_code, killed = closed.exit_code, closed.killed
                 await self._await_death(handle)
-            killed += orphans.kill_recorded(handle.session_id, handle.descendants)
+            killed += len(orphans.kill_recorded(handle.session_id, handle.descendants))
         finally:
             self.panes.pop(pane.name, None)
             self._by_instance.pop(handle.instance, None)
@@ -507,6 +503,22 @@ class PaneService:
             self.workers.forget(handle)
         log.info("pane removed", extra={"pane": pane.name, "worker_pid": handle.pid})
         return exit_code, killed
+
+    async def _close_worker(self, pane: Pane) -> Closed | None:
+        """Ask the worker to kill its tree and exit; None when it cannot be asked."""
+        handle = pane.handle
+        try:
+            if not handle.ready.done():
+                # A re-adopted worker that has not re-introduced itself yet will soon.
+                await asyncio.wait_for(asyncio.shield(handle.ready), ADOPTION_WAIT_S)
+            reply = await self.workers.request(
+                handle, lambda rid: Close(rid=rid, grace_s=CLOSE_GRACE_S), CLOSE_GRACE_S + 10
+            )
+        except (PanewardenError, TimeoutError) as exc:
+            code = exc.code.value if isinstance(exc, PanewardenError) else "timeout"
+            log.warning("close failed (%s); killing the worker", code, extra={"pane": pane.name})
+            return None
+        return reply if isinstance(reply, Closed) else None
 
     async def _await_death(self, handle: WorkerHandle, timeout_s: float = 5.0) -> None:
         """Wait for the worker's exit (pidfd); SIGKILL it if it lingers."""

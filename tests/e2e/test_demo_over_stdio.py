@@ -122,3 +122,9 @@ async def test_a_long_multi_line_prompt_arrives_whole_as_one_turn(tools: Tools) 
     flat = "".join(reply.split())
     assert "".join(words) in flat, "some of the prompt was lost"
     await tools.call("remove_pane", name="long")
+
+
+async def test_an_unknown_tool_gets_the_json_error_object(tools: Tools) -> None:
+    error = await tools.error("start_the_world")
+    assert error["code"] == "not_found"
+    assert (await tools.call("list_panes"))["panes"] == []

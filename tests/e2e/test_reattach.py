@@ -53,3 +53,22 @@ def _gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+async def test_removing_a_pane_right_after_a_restart_closes_it_in_order(state_dir: Path) -> None:
+    async with Client(stdio_params(state_dir)) as client:
+        tools = Tools(client)
+        pane = (await tools.call("start_pane", name="soon", profile="demo"))["pane"]
+        await tools.wait("soon", until=["idle"])
+        supervisor = psutil.Process(pane["worker_pid"]).ppid()
+        os.kill(supervisor, signal.SIGKILL)
+        assert await eventually(lambda: _gone(supervisor), timeout_s=10)
+    async with Client(stdio_params(state_dir)) as client:
+        tools = Tools(client)
+        # Before the worker has re-introduced itself: the removal waits for it, then
+        # closes the pane in order (the program's exit code comes back).
+        removed = await tools.call("remove_pane", name="soon")
+        assert removed["exit_code"] is not None
+        assert (await tools.call("list_panes"))["panes"] == []
+    for pid in (pane["worker_pid"], pane["pid"]):
+        assert await eventually(lambda pid=pid: _gone(pid), timeout_s=5)
