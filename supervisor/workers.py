@@ -114,7 +114,8 @@ class WorkerManager:
         """Bind the ROUTER socket (under umask 077: the socket file takes the umask)."""
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        # No ROUTER_HANDOVER: a second connection claiming a live worker's routing id
+        # is ignored instead of taking the worker's place.
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES + 1024)
         old = os.umask(0o077)
         try:
