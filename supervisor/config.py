@@ -14,6 +14,7 @@ from pathlib import Path
 from protocol.errors import ErrorCode, PanewardenError
 
 DEFAULT_ORPHAN_GRACE_S = 120.0
+DEFAULT_HEARTBEAT_LOSS_S = 15.0
 DEFAULT_WATCHDOG_PERIOD_S = 5.0
 
 
@@ -32,21 +33,8 @@ class ServiceConfig:
     environ: Mapping[str, str]
     # Testing/tuning knob (PANEWARDEN_WATCHDOG_PERIOD_S): seconds between watchdog passes.
     watchdog_period_s: float = DEFAULT_WATCHDOG_PERIOD_S
-
-
-def _float_env(environ: Mapping[str, str], name: str, default: float) -> float:
-    raw = environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise PanewardenError(
-            ErrorCode.CONFIG_INVALID, f"{name} must be a number of seconds"
-        ) from None
-    if not 0 < value <= 86400:
-        raise PanewardenError(ErrorCode.CONFIG_INVALID, f"{name} must be in (0, 86400]")
-    return value
+    # Tuning knob (PANEWARDEN_HEARTBEAT_LOSS_S): a worker silent this long is hung: killed.
+    heartbeat_loss_s: float = DEFAULT_HEARTBEAT_LOSS_S
 
 
 def _bounded_float_env(
@@ -83,7 +71,12 @@ def load_config(environ: Mapping[str, str] | None = None) -> ServiceConfig:
     return ServiceConfig(
         state_dir=Path(state).expanduser().absolute(),
         profiles_path=env.get("PANEWARDEN_PROFILES") or None,
-        orphan_grace_s=_float_env(env, "PANEWARDEN_ORPHAN_GRACE_S", DEFAULT_ORPHAN_GRACE_S),
+        orphan_grace_s=_bounded_float_env(
+            env, "PANEWARDEN_ORPHAN_GRACE_S", DEFAULT_ORPHAN_GRACE_S, 0.1, 86400.0
+        ),
+        heartbeat_loss_s=_bounded_float_env(
+            env, "PANEWARDEN_HEARTBEAT_LOSS_S", DEFAULT_HEARTBEAT_LOSS_S, 2.0, 600.0
+        ),
         log_level=(env.get("PANEWARDEN_LOG_LEVEL") or "INFO").upper(),
         token_file=env.get("PANEWARDEN_TOKEN_FILE") or None,
         clients_file=env.get("PANEWARDEN_CLIENTS") or None,

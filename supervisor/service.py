@@ -91,7 +91,9 @@ class PaneService:
         self._by_instance: dict[str, Pane] = {}
         self._watches: dict[int, asyncio.Future[OutputMatch]] = {}
         self._watch_ids = itertools.count(1)
-        self.workers = WorkerManager(endpoint, self._on_event, self._on_death)
+        self.workers = WorkerManager(
+            endpoint, self._on_event, self._on_death, heartbeat_loss_s=config.heartbeat_loss_s
+        )
         self._sweeper: asyncio.Task[None] | None = None
         self.watchdog = Watchdog(self, period_s=watchdog_period_s)
         self.records = PaneRecords(config.state_dir)

@@ -97,8 +97,15 @@ def _worker_env(environ: dict[str, str]) -> dict[str, str]:
 class WorkerManager:
     """Owns the ROUTER socket and every ``WorkerHandle``."""
 
-    def __init__(self, endpoint: str, on_event: EventSink, on_death: DeathSink) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        on_event: EventSink,
+        on_death: DeathSink,
+        heartbeat_loss_s: float = HEARTBEAT_LOSS_S,
+    ) -> None:
         self.endpoint = endpoint
+        self._heartbeat_loss_s = heartbeat_loss_s
         self._on_event = on_event
         self._on_death = on_death
         self._ctx = zmq.asyncio.Context()
@@ -342,7 +349,7 @@ class WorkerManager:
                 if handle.dead or not handle.ready.done():
                     continue
                 self.send(handle, Heartbeat(sent_at=time.time()))
-                if now - handle.last_rx > HEARTBEAT_LOSS_S:
+                if now - handle.last_rx > self._heartbeat_loss_s:
                     log.error("worker stopped answering; killing it", extra={"pane": handle.pane})
                     self.kill(handle)
 
