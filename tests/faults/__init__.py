@@ -24,6 +24,8 @@ from typing import Any
 
 import anyio
 
+from tests.conftest import eventually
+
 ProcKey = tuple[int, int]
 """(pid, start time in clock ticks): one process, never a later one reusing its pid."""
 
@@ -38,13 +40,7 @@ def seeded_rng(test: str) -> tuple[random.Random, int]:
 
 async def until(cond: Callable[[], bool], timeout_s: float) -> bool:
     """Poll ``cond`` every 20 ms until it holds or ``timeout_s`` passes; returns its value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if cond():
-            return True
-        if time.monotonic() >= deadline:
-            return cond()
-        await anyio.sleep(0.02)
+    return bool(await eventually(cond, timeout_s))
 
 
 # ---------------------------------------------------------------- /proc facts
