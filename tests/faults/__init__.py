@@ -16,13 +16,11 @@ import os
 import random
 import signal
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import anyio
 
 from tests.conftest import eventually
 
