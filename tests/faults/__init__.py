@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-
 from tests.conftest import eventually
 
 ProcKey = tuple[int, int]
