@@ -360,6 +360,19 @@ def _audit(
     outcome: str,
     code: str | None,
 ) -> None:
+    """Log every call (content-free, stable keys) and audit the mutating ones."""
+    level = logging.DEBUG if spec.read_only and code is None else logging.INFO
+    log.log(
+        level,
+        "tool call %s",
+        outcome,
+        extra={
+            "client": caller.name if caller else None,
+            "tool": spec.name,
+            "pane": pane,
+            "code": code,
+        },
+    )
     if spec.read_only or caller is None:
         return
     access.audit(caller, spec.name, pane, outcome, code)
