@@ -17,6 +17,8 @@ from supervisor.orphans import become_subreaper
 from supervisor.statedir import runtime_socket_path
 
 EXIT_OK, EXIT_FAILED = 0, 1
+# Checks whose failure only disables a feature (Bubblewrap: verification recipes).
+OPTIONAL_CHECKS = frozenset({"bubblewrap"})
 
 
 def _checks(config: ServiceConfig) -> list[tuple[str, bool, str]]:
@@ -48,8 +50,10 @@ def doctor_command(config: ServiceConfig) -> int:
     """Print each check; exit 1 when a required one fails (Bubblewrap is optional)."""
     failed = False
     for name, ok, detail in _checks(config):
-        print(f"{'ok ' if ok else 'BAD'} {name:<11} {detail}")
-        if not ok and name != "bubblewrap":
+        optional = name in OPTIONAL_CHECKS
+        mark = "ok " if ok else ("-- " if optional else "BAD")
+        print(f"{mark} {name:<11} {detail}")
+        if not ok and not optional:
             failed = True
     sys.stdout.flush()
     return EXIT_FAILED if failed else EXIT_OK

@@ -1,0 +1,516 @@
+"""A fake model API on loopback that makes coding CLIs ask for a tool permission.
+
+Offline no CLI ever reaches a tool-permission dialog, because no model ever asks for a tool.
+This server stands in for the model: it speaks just enough of three wire formats, each
+streamed as server-sent events, to make a CLI run one shell command:
+
+- OpenAI chat completions (``POST …/chat/completions``): OpenCode's custom providers;
+- Anthropic Messages (``POST …/v1/messages``): Claude Code with ``ANTHROPIC_BASE_URL``;
+- OpenAI Responses (``POST …/responses``): Codex with a custom ``model_provider``.
+
+The answer to a request depends only on the request, so every CLI and every turn behaves
+the same way:
+
+- when the conversation's last message is a tool result, a short final text (``done.``);
+- otherwise, when the request offers a shell tool (OpenCode ``bash``, Claude ``Bash``, Codex
+  ``shell``/``exec_command``/``shell_command``), a call of that tool running the command
+  found in the last user message after ``RUN:`` (to the end of that line), or the server's
+  default command;
+- otherwise (titles, summaries, quota probes: side requests without tools) a plain ``ok``.
+
+Every request is appended to a JSON-lines log (method, path, and the body's model, tool
+names and last message), so one can see what each CLI sends.
+
+Usage::
+
+    python -m tests.tools.fake_model [--port 0] [--log FILE] [--command "touch /tmp/x"]
+
+or, in tests, :class:`FakeModel` as a context manager (a thread; ``url`` once started).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+# Tool names each CLI uses for "run a shell command", most specific first.
+SHELL_TOOLS = ("bash", "Bash", "shell", "exec_command", "shell_command", "local_shell")
+RUN_PATTERN = re.compile(r"RUN:\s*(.+)")
+FINAL_TEXT = "done."
+
+
+# ------------------------------------------------------------------ request inspection
+
+
+def _text_of(content: Any) -> str:
+    """The text of a message's content in any of the three formats."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, dict):
+                text = block.get("text")
+                if isinstance(text, str):
+                    parts.append(text)
+                elif "content" in block:
+                    parts.append(_text_of(block["content"]))
+        return "\n".join(parts)
+    return ""
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conversation: ``messages`` (chat, Anthropic) or ``input`` (Responses)."""
+    items = body.get("messages")
+    if items is None:
+        items = body.get("input")
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    return [m for m in items or [] if isinstance(m, dict)]
+
+
+def _ends_with_tool_result(messages: list[dict[str, Any]]) -> bool:
+    """Whether the last turn carries a tool result (so the model should finish)."""
+    # Responses input lists items; a function_call_output may be followed by nothing else.
+    for item in reversed(messages):
+        kind = item.get("type")
+        if kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
+            return True
+        role = item.get("role")
+        if role == "tool":
+            return True
+        if role == "user":
+            content = item.get("content")
+            if isinstance(content, list) and any(
+                isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+            ):
+                return True
+            return False
+        if role in ("assistant", "system", "developer"):
+            continue
+    return False
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    for item in reversed(messages):
+        if item.get("role") == "user":
+            text = _text_of(item.get("content"))
+            if RUN_PATTERN.search(text):
+                return text
+    return ""
+
+
+def _tools(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Offered tools by name, with their JSON-schema parameters."""
+    found: dict[str, dict[str, Any]] = {}
+    for tool in body.get("tools") or []:
+        if not isinstance(tool, dict):
+            continue
+        if isinstance(tool.get("function"), dict):  # chat completions
+            fn = tool["function"]
+            found[str(fn.get("name"))] = fn.get("parameters") or {}
+        elif "input_schema" in tool:  # Anthropic
+            found[str(tool.get("name"))] = tool.get("input_schema") or {}
+        elif tool.get("name"):  # Responses
+            found[str(tool["name"])] = tool.get("parameters") or {}
+        elif tool.get("type") == "local_shell":
+            found["local_shell"] = {}
+    return found
+
+
+def _shell_arguments(schema: dict[str, Any], command: str) -> dict[str, Any]:
+    """Arguments for a shell tool, shaped by the tool's own schema."""
+    props = schema.get("properties") or {}
+    args: dict[str, Any] = {}
+    if "command" in props:
+        is_list = props["command"].get("type") == "array"
+        args["command"] = ["bash", "-lc", command] if is_list else command
+    elif "cmd" in props:
+        args["cmd"] = command
+    else:
+        args["command"] = command
+    if "description" in props:
+        args["description"] = "Create the marker file"
+    if "workdir" in props and "workdir" in (schema.get("required") or []):
+        args["workdir"] = "."
+    return args
+
+
+class Decision:
+    """What to answer: a tool call (``tool``, ``arguments``) or a text."""
+
+    def __init__(self, tool: str | None, arguments: dict[str, Any], text: str) -> None:
+        self.tool = tool
+        self.arguments = arguments
+        self.text = text
+
+
+def decide(body: dict[str, Any], default_command: str) -> Decision:
+    """The answer to one request (see the module docstring)."""
+    messages = _messages(body)
+    if _ends_with_tool_result(messages):
+        return Decision(None, {}, FINAL_TEXT)
+    tools = _tools(body)
+    name = next((t for t in SHELL_TOOLS if t in tools), None)
+    if name is None:
+        return Decision(None, {}, "ok")
+    match = RUN_PATTERN.search(_last_user_text(messages))
+    command = match[1].strip() if match else default_command
+    return Decision(name, _shell_arguments(tools[name], command), "")
+
+
+# ------------------------------------------------------------------ wire formats
+
+_ids = itertools.count(1)
+
+
+def _sse(data: dict[str, Any], event: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(data)}\n\n".encode()
+
+
+def chat_stream(body: dict[str, Any], d: Decision) -> Iterator[bytes]:
+    """OpenAI chat completions, streamed."""
+    n = next(_ids)
+    base = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk", "created": int(time.time())}
+    base["model"] = body.get("model", "fake")
+
+    def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return b"data: " + json.dumps({**base, "choices": [choice]}).encode() + b"\n\n"
+
+    yield chunk({"role": "assistant", "content": ""}, None)
+    if d.tool:
+        call = {
+            "index": 0,
+            "id": f"call_{n}",
+            "type": "function",
+            "function": {"name": d.tool, "arguments": json.dumps(d.arguments)},
+        }
+        yield chunk({"tool_calls": [call]}, None)
+        yield chunk({}, "tool_calls")
+    else:
+        yield chunk({"content": d.text}, None)
+        yield chunk({}, "stop")
+    usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    yield b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+def chat_json(body: dict[str, Any], d: Decision) -> dict[str, Any]:
+    n = next(_ids)
+    message: dict[str, Any] = {"role": "assistant", "content": d.text or None}
+    if d.tool:
+        message["tool_calls"] = [
+            {
+                "id": f"call_{n}",
+                "type": "function",
+                "function": {"name": d.tool, "arguments": json.dumps(d.arguments)},
+            }
+        ]
+    return {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", "fake"),
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if d.tool else "stop"}
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+
+
+def _anthropic_content(d: Decision, n: int) -> list[dict[str, Any]]:
+    if d.tool:
+        return [{"type": "tool_use", "id": f"toolu_{n:08d}", "name": d.tool, "input": d.arguments}]
+    return [{"type": "text", "text": d.text}]
+
+
+def anthropic_stream(body: dict[str, Any], d: Decision) -> Iterator[bytes]:
+    """Anthropic Messages, streamed."""
+    n = next(_ids)
+    usage = {"input_tokens": 10, "output_tokens": 1}
+    message = {
+        "id": f"msg_{n:08d}",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", "fake"),
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    yield _sse({"type": "message_start", "message": message}, "message_start")
+    block = _anthropic_content(d, n)[0]
+    if d.tool:
+        start = {**block, "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(d.arguments)}
+    else:
+        start = {"type": "text", "text": ""}
+        delta = {"type": "text_delta", "text": d.text}
+    yield _sse(
+        {"type": "content_block_start", "index": 0, "content_block": start}, "content_block_start"
+    )
+    yield _sse({"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta")
+    yield _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
+    stop = "tool_use" if d.tool else "end_turn"
+    yield _sse(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop, "stop_sequence": None},
+            "usage": {"output_tokens": 5},
+        },
+        "message_delta",
+    )
+    yield _sse({"type": "message_stop"}, "message_stop")
+
+
+def anthropic_json(body: dict[str, Any], d: Decision) -> dict[str, Any]:
+    n = next(_ids)
+    return {
+        "id": f"msg_{n:08d}",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", "fake"),
+        "content": _anthropic_content(d, n),
+        "stop_reason": "tool_use" if d.tool else "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }
+
+
+def _responses_item(d: Decision, n: int) -> dict[str, Any]:
+    if d.tool:
+        return {
+            "type": "function_call",
+            "id": f"fc_{n}",
+            "call_id": f"call_{n}",
+            "name": d.tool,
+            "arguments": json.dumps(d.arguments),
+            "status": "completed",
+        }
+    return {
+        "type": "message",
+        "id": f"msg_{n}",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": d.text, "annotations": []}],
+    }
+
+
+def responses_stream(body: dict[str, Any], d: Decision) -> Iterator[bytes]:
+    """OpenAI Responses, streamed (the events Codex reads)."""
+    n = next(_ids)
+    response: dict[str, Any] = {
+        "id": f"resp_{n}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "model": body.get("model", "fake"),
+        "status": "in_progress",
+        "output": [],
+    }
+    yield _sse({"type": "response.created", "response": response}, "response.created")
+    item = _responses_item(d, n)
+    yield _sse(
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        "response.output_item.added",
+    )
+    if not d.tool:
+        yield _sse(
+            {
+                "type": "response.output_text.delta",
+                "item_id": item["id"],
+                "output_index": 0,
+                "content_index": 0,
+                "delta": d.text,
+            },
+            "response.output_text.delta",
+        )
+    yield _sse(
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+        "response.output_item.done",
+    )
+    done = {
+        **response,
+        "status": "completed",
+        "output": [item],
+        "usage": {
+            "input_tokens": 10,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 5,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 15,
+        },
+    }
+    yield _sse({"type": "response.completed", "response": done}, "response.completed")
+
+
+# ------------------------------------------------------------------ server
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # the JSON-lines log replaces the stderr access log
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            return {}
+        return body if isinstance(body, dict) else {}
+
+    def _send_json(self, status: int, data: Any) -> None:
+        payload = json.dumps(data).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _send_stream(self, chunks: Iterator[bytes]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        # No length: close the connection after the stream so the client sees its end.
+        self.send_header("Connection", "close")
+        self.end_headers()
+        for chunk in chunks:
+            self.wfile.write(chunk)
+            self.wfile.flush()
+        self.close_connection = True
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        self.server.log_request_line("GET", self.path, {}, None)
+        if self.path.rstrip("/").endswith("/models"):
+            model = {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}
+            self._send_json(200, {"object": "list", "data": [model], "models": []})
+            return
+        self._send_json(404, {"error": {"message": "not found", "type": "not_found"}})
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self.server.log_request_line("HEAD", self.path, {}, None)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = self._body()
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path.endswith("/count_tokens"):
+            self.server.log_request_line("POST", self.path, body, None)
+            self._send_json(200, {"input_tokens": 10})
+            return
+        d = decide(body, self.server.default_command)
+        self.server.log_request_line("POST", self.path, body, d)
+        stream = bool(body.get("stream"))
+        if path.endswith("/chat/completions"):
+            if stream:
+                self._send_stream(chat_stream(body, d))
+            else:
+                self._send_json(200, chat_json(body, d))
+        elif path.endswith("/messages"):
+            if stream:
+                self._send_stream(anthropic_stream(body, d))
+            else:
+                self._send_json(200, anthropic_json(body, d))
+        elif path.endswith("/responses"):
+            self._send_stream(responses_stream(body, d))
+        else:
+            self._send_json(404, {"error": {"message": "not found", "type": "not_found"}})
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, log: Path | None, default_command: str) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.log_path = log
+        self.default_command = default_command
+        self.lock = threading.Lock()
+        self.requests: list[dict[str, Any]] = []
+
+    def log_request_line(
+        self, method: str, path: str, body: dict[str, Any], d: Decision | None
+    ) -> None:
+        messages = _messages(body)
+        entry = {
+            "t": round(time.time(), 3),
+            "method": method,
+            "path": path,
+            "model": body.get("model"),
+            "stream": body.get("stream"),
+            "tools": sorted(_tools(body)),
+            "last": messages[-1] if messages else None,
+            "answer": None if d is None else (d.tool and {d.tool: d.arguments}) or d.text,
+        }
+        with self.lock:
+            self.requests.append(entry)
+            if self.log_path is not None:
+                with self.log_path.open("a") as f:
+                    f.write(json.dumps(entry, default=str)[:20000] + "\n")
+
+
+class FakeModel:
+    """The server on a thread, for tests: ``with FakeModel(log) as fm: fm.url``."""
+
+    def __init__(self, log: Path | None = None, default_command: str = "true") -> None:
+        self._server = _Server(log, default_command)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        with self._server.lock:
+            return list(self._server.requests)
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The requests answered with a tool call, oldest first."""
+        return [r for r in self.requests if isinstance(r["answer"], dict)]
+
+    def __enter__(self) -> FakeModel:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--log", type=Path, default=None)
+    ap.add_argument("--command", default="true", help="shell command when the prompt has no RUN:")
+    args = ap.parse_args(argv)
+    with FakeModel(args.log, args.command) as fm:
+        print(fm.url, flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
