@@ -142,6 +142,12 @@ def _shell_arguments(schema: dict[str, Any], command: str) -> dict[str, Any]:
         args["description"] = "Create the marker file"
     if "workdir" in props and "workdir" in (schema.get("required") or []):
         args["workdir"] = "."
+    # Codex runs commands in its sandbox unless the call asks to leave it; asking is what
+    # makes it show an approval prompt under approval_policy "on-request".
+    if "sandbox_permissions" in props:
+        args["sandbox_permissions"] = "require_escalated"
+        if "justification" in props:
+            args["justification"] = "Create the marker file?"
     return args
 
 
