@@ -17,13 +17,16 @@ not change it; any other change (another command, other options) does.
 What each recogniser rests on (``docs/operations.md``, "Agent kinds", has the full table):
 
 - ``demo``: the bundled demo agent's dialog (design §11), measured by the e2e tests.
-- ``opencode``: OpenCode 2.2.7 as measured by OpenAB Shepherd (``Allow once`` is
-  highlighted by a background colour only); not recorded here.
+- ``opencode``: the shell-command dialog of opencode-ai 1.18.33, measured against a fake
+  model on loopback (``tests/captured/opencode/permission_*``: ``Allow once`` highlighted by
+  a background colour only), and OpenCode 2.2.7's layout as measured by OpenAB Shepherd.
 - ``kiro``, ``devin``: inferred from public descriptions of their screens; the
   keys are the ones the dialogs' own hints name (arrows, Enter).
-- ``claude``: only the folder-trust prompt, measured (``tests/captured/claude``):
-  Esc declines it (and Claude Code exits); trusting is rule-creating and refused.
-- ``codex``, ``generic`` and every other kind: always refuse.
+- ``claude``: the folder-trust prompt (Esc declines it and Claude Code exits; trusting is
+  rule-creating and refused) and the Bash-command permission dialog, both measured
+  (``tests/captured/claude``; the tool dialog reached with a fake model on loopback).
+- ``codex``: the command approval, measured the same way (``tests/captured/codex``).
+- ``generic`` and every other kind: always refuse.
 """
 
 from __future__ import annotations
@@ -138,8 +141,13 @@ def _demo(screen: DialogScreen, answer: str) -> DialogPlan:
 # ---------------------------------------------------------------- opencode
 
 _OC_TITLE = "△ Permission required"
-_OC_LABELS = ("Allow once", "Always allow", "Reject")
+# opencode-ai 1.18.33 (measured) names the middle option "Allow always"; OpenCode 2.2.7
+# (Shepherd) "Always allow". Either way it is rule-creating and never the target.
+_OC_LABELS = ("Allow once", ("Always allow", "Allow always"), "Reject")
 _OC_BORDER = " \t┃│▌▐|"
+# 1.18.33 puts a "# Shell command" header between the title and the "$ command" line;
+# other headers (e.g. "← Access external directory") are other dialogs, not measured.
+_OC_SHELL_HEADER = "# Shell command"
 
 
 def _text_columns(cells: Sequence[Cell]) -> tuple[str, list[int]]:
@@ -157,6 +165,22 @@ def _occurrences(line: str, label: str) -> list[int]:
     return [m.start() for m in re.finditer(re.escape(label), line)]
 
 
+def _opencode_command_row(lines: Sequence[str], top: int) -> int:
+    """The row of the dialog's ``$ command`` (or 2.2.7's ``→ Edit path``) line."""
+    rows = [row for row in range(top + 1, len(lines)) if lines[row].strip(_OC_BORDER)]
+    if not rows:
+        raise _refuse("the OpenCode dialog shows no '$ command' or '→ Edit path' line")
+    first = lines[rows[0]].strip(_OC_BORDER)
+    if first == _OC_SHELL_HEADER:
+        # Measured layout (1.18.33): header, blank row, "$ command".
+        if len(rows) < 2 or not lines[rows[1]].strip(_OC_BORDER).startswith("$ "):
+            raise _refuse("the OpenCode shell dialog shows no '$ command' line")
+        return rows[1]
+    if not first.startswith(("$ ", "→ Edit ")):
+        raise _refuse("the OpenCode dialog shows no '$ command' or '→ Edit path' line")
+    return rows[0]
+
+
 def _opencode(screen: DialogScreen, answer: str) -> DialogPlan:
     """OpenCode's permission dialog; ``allow_once`` needs the highlight read from colours."""
     lines = screen.lines
@@ -164,23 +188,21 @@ def _opencode(screen: DialogScreen, answer: str) -> DialogPlan:
     if len(titles) != 1:
         raise _refuse("no single OpenCode 'Permission required' dialog is on screen")
     top = titles[0]
-    command_row = next(
-        (row for row in range(top + 1, len(lines)) if lines[row].strip(_OC_BORDER)), None
-    )
-    if command_row is None or not lines[command_row].strip(_OC_BORDER).startswith(
-        ("$ ", "→ Edit ")
-    ):
-        raise _refuse("the OpenCode dialog shows no '$ command' or '→ Edit path' line")
+    command_row = _opencode_command_row(lines, top)
     found: list[tuple[int, int]] = []
-    for label in _OC_LABELS:
+    shown: list[str] = []
+    for choices in _OC_LABELS:
         spots = [
-            (row, index)
+            (row, index, label)
+            for label in ((choices,) if isinstance(choices, str) else choices)
             for row in range(top, len(lines))
             for index in _occurrences(lines[row], label)
         ]
         if len(spots) != 1:
-            raise _refuse(f"the OpenCode dialog does not show '{label}' exactly once")
-        found.append(spots[0])
+            name = choices if isinstance(choices, str) else " / ".join(choices)
+            raise _refuse(f"the OpenCode dialog does not show '{name}' exactly once")
+        found.append(spots[0][:2])
+        shown.append(spots[0][2])
     if found != sorted(found) or found[0][0] <= command_row:
         raise _refuse("the OpenCode dialog's options are not Allow once, Always allow, Reject")
     hint_row = next(
@@ -190,11 +212,12 @@ def _opencode(screen: DialogScreen, answer: str) -> DialogPlan:
         raise _refuse("the OpenCode dialog shows no 'ctrl+f' hint")
     fingerprint = tuple(lines[top : hint_row + 1])
     if answer == DENY_ONCE:
-        # Measured by Shepherd: Esc cancels exactly like Reject.
+        # Measured (1.18.33, live and tests/captured/opencode/permission_deny): Esc rejects,
+        # the command does not run and the turn ends; Shepherd measured the same on 2.2.7.
         return DialogPlan((ESC,), fingerprint)
     allow, always, reject = (
         _label_background(screen, row, index, label)
-        for (row, index), label in zip(found, _OC_LABELS, strict=True)
+        for (row, index), label in zip(found, shown, strict=True)
     )
     if allow == "default":
         raise _refuse("'Allow once' has the default background, so it is not highlighted")
@@ -335,14 +358,69 @@ def _devin(screen: DialogScreen, answer: str) -> DialogPlan:
     return DialogPlan(_navigate(screen, focus[0], target), fingerprint)
 
 
+# ---------------------------------------------------------------- numbered menus
+
+_MENU_OPTION = re.compile(r"^\s*(?P<focus>[❯›])?\s*(?P<number>\d+)\.\s+(?P<label>\S.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class _Menu:
+    """A numbered option list under a focus marker, as Claude Code and Codex draw it."""
+
+    labels: tuple[str, ...]
+    focus: int
+    hint_row: int
+
+
+def _numbered_menu(lines: Sequence[str], first: int, hint: str) -> _Menu:
+    """Parse the options from row ``first`` down to the row holding ``hint``.
+
+    A row that is not an option continues the option above it (a long label wraps). The
+    options must be numbered 1..n, in order, with exactly one focus marker.
+    """
+    labels: list[str] = []
+    numbers: list[int] = []
+    focus: list[int] = []
+    gap = False  # a blank row seen after the options: only the hint may follow
+    for row in range(first, len(lines)):
+        text = lines[row]
+        if hint in _norm(text):
+            if numbers != list(range(1, len(numbers) + 1)) or not labels or len(focus) != 1:
+                raise _refuse("the dialog's options are not numbered 1..n with one focus")
+            return _Menu(tuple(labels), focus[0], row)
+        if not text.strip():
+            gap = bool(labels)
+            continue
+        if gap or (not labels and not _MENU_OPTION.match(text)):
+            raise _refuse("the dialog's option list is interrupted")
+        match = _MENU_OPTION.match(text)
+        if match:
+            if match["focus"]:
+                focus.append(len(labels))
+            numbers.append(int(match["number"]))
+            labels.append(_norm(match["label"]))
+        else:
+            labels[-1] = f"{labels[-1]} {_norm(text)}"
+    raise _refuse(f"the dialog's options are not followed by its '{hint}' hint")
+
+
 # ---------------------------------------------------------------- claude
 
 _CLAUDE_TRUST_OPTIONS = ("no, exit", "yes, i trust this folder")
 _CLAUDE_TRUST_HINT = "enter to confirm · esc to cancel"
+_CLAUDE_QUESTION = "do you want to proceed?"
+_CLAUDE_TOOL_HINT = "esc to cancel"
+# Only the shell-command dialog is measured (claude-code 2.1.332 against a fake model:
+# tests/captured/claude/permission_*). Edit/create dialogs have other headers: refused.
+_CLAUDE_TOOL_HEADER = "bash command"
+_CLAUDE_HEADER_ROWS = 12
 
 
 def _claude(screen: DialogScreen, answer: str) -> DialogPlan:
-    """Claude Code's folder-trust prompt only (its tool dialogs are not measured)."""
+    """Claude Code's folder-trust prompt and its Bash-command permission dialog."""
+    questions = [row for row, line in enumerate(screen.lines) if _norm(line) == _CLAUDE_QUESTION]
+    if questions:
+        return _claude_tool(screen, answer, questions)
     rows = [row for row, line in enumerate(screen.lines) if line.strip()]
     texts = [_norm(screen.lines[row].strip().removeprefix("❯")) for row in rows]
     shaped = (
@@ -353,7 +431,7 @@ def _claude(screen: DialogScreen, answer: str) -> DialogPlan:
     )
     if not shaped:
         raise _refuse(
-            "only Claude Code's folder-trust prompt is recognised (tool dialogs: unmeasured)"
+            "no Claude Code folder-trust prompt or Bash-command permission dialog is on screen"
         )
     if answer == ALLOW_ONCE:
         raise _refuse("trusting a folder is rule-creating and is never selected")
@@ -362,12 +440,102 @@ def _claude(screen: DialogScreen, answer: str) -> DialogPlan:
     return DialogPlan((ESC,), tuple(texts[top:]))
 
 
+def _claude_tool(screen: DialogScreen, answer: str, questions: list[int]) -> DialogPlan:
+    """The measured layout (2.1.332)::
+
+    ──────────────
+     Bash command
+     [Tip: …]
+     <description>
+    ╌╌╌╌╌╌╌╌╌╌╌╌╌╌
+     <command>
+    ╌╌╌╌╌╌╌╌╌╌╌╌╌╌
+     Do you want to proceed?
+     ❯ 1. Yes
+       2. Yes, and always allow access to <dir> from this project
+       3. Yes, and switch to auto mode · …
+       4. No
+     Esc to cancel · Tab to amend
+    """
+    lines = screen.lines
+    if len(questions) != 1:
+        raise _refuse("more than one Claude Code permission question is on screen")
+    question = questions[0]
+    headers = [
+        row
+        for row in range(max(0, question - _CLAUDE_HEADER_ROWS), question)
+        if _norm(lines[row]) == _CLAUDE_TOOL_HEADER and row > 0 and "─" in lines[row - 1]
+    ]
+    if len(headers) != 1:
+        raise _refuse("the Claude Code permission dialog is not about a Bash command")
+    menu = _numbered_menu(lines, question + 1, _CLAUDE_TOOL_HINT)
+    if menu.labels.count("yes") != 1 or menu.labels.count("no") != 1:
+        raise _refuse("the Claude Code dialog does not offer one plain 'Yes' and one 'No'")
+    body = [_norm(lines[row]) for row in range(headers[0], question + 1) if lines[row].strip()]
+    fingerprint = (*body, *menu.labels, _norm(lines[menu.hint_row]))
+    if answer == DENY_ONCE:
+        # Measured: Esc (the dialog's own "Esc to cancel") rejects the call, the command
+        # does not run and Claude ends the turn ("Interrupted by user").
+        return DialogPlan((ESC,), fingerprint)
+    return DialogPlan(_navigate(screen, menu.focus, menu.labels.index("yes")), fingerprint)
+
+
+# ---------------------------------------------------------------- codex
+
+_CODEX_QUESTION = "would you like to run the following command?"
+_CODEX_HINT = "press enter to confirm or esc to cancel"
+_CODEX_ALLOW = "yes, proceed (y)"
+_CODEX_DENY = "no, and tell codex what to do differently (esc)"
+_CODEX_BODY_ROWS = 12
+
+
+def _codex(screen: DialogScreen, answer: str) -> DialogPlan:
+    """Codex's command approval (measured, 0.171.0 against a fake model)::
+
+      Would you like to run the following command?
+      Environment: local
+      Reason: <justification>
+      $ <command>
+    › 1. Yes, proceed (y)
+      2. Yes, and don't ask again for commands that start with `…` (p)
+      3. No, and tell Codex what to do differently (esc)
+      Press enter to confirm or esc to cancel
+    """
+    lines = screen.lines
+    questions = [row for row, line in enumerate(lines) if _norm(line) == _CODEX_QUESTION]
+    if len(questions) != 1:
+        raise _refuse("no single Codex command approval is on screen")
+    question = questions[0]
+    first = next(
+        (
+            row
+            for row in range(question + 1, min(question + _CODEX_BODY_ROWS, len(lines)))
+            if _MENU_OPTION.match(lines[row])
+        ),
+        None,
+    )
+    if first is None:
+        raise _refuse("the Codex approval shows no options")
+    body = [_norm(lines[row]) for row in range(question, first) if lines[row].strip()]
+    if not any(line.startswith("$ ") for line in body):
+        raise _refuse("the Codex approval is not about a shell command")
+    menu = _numbered_menu(lines, first, _CODEX_HINT)
+    if menu.labels.count(_CODEX_ALLOW) != 1 or menu.labels.count(_CODEX_DENY) != 1:
+        raise _refuse("the Codex approval does not offer one 'Yes, proceed' and one 'No'")
+    fingerprint = (*body, *menu.labels, _norm(lines[menu.hint_row]))
+    if answer == DENY_ONCE:
+        # Measured: Esc is the "No, and tell Codex what to do differently (esc)" option;
+        # the command does not run and the turn ends.
+        return DialogPlan((ESC,), fingerprint)
+    return DialogPlan(_navigate(screen, menu.focus, menu.labels.index(_CODEX_ALLOW)), fingerprint)
+
+
 def _unmeasured(screen: DialogScreen, answer: str) -> DialogPlan:
     raise _refuse("this pane's agent kind has no measured dialog recogniser")
 
 
 def recogniser_for(agent: str) -> Recogniser:
-    """The recogniser for an agent kind; other kinds (codex, generic, …) always refuse."""
+    """The recogniser for an agent kind; other kinds (generic, …) always refuse."""
     match agent:
         case "demo":
             return _demo
@@ -379,5 +547,7 @@ def recogniser_for(agent: str) -> Recogniser:
             return _devin
         case "claude":
             return _claude
+        case "codex":
+            return _codex
         case _:
             return _unmeasured

@@ -4,8 +4,9 @@ Pure and dependency-free. Inputs are the agent state a source decided (an OSC 75
 root record or a screen rule), lifecycle changes and the facts that a dialog was
 denied or the turn interrupted. Rules (design §4):
 - ``seq`` +1 on every recorded change of (state, kind, lifecycle); never decreases.
-- ``turn`` +1 when the pane goes ``working`` outside a turn; ``blocked`` -> ``working``
-  stays in the same turn.
+- ``turn`` +1 when the pane goes ``working`` outside a turn, or straight to a
+  ``blocked`` permission dialog after a finished turn or idle (a brief ``working`` may go
+  unseen); ``blocked`` -> ``working`` stays in the same turn.
 - An ``idle`` that ends a turn is reported as ``done`` (agents such as OpenCode and
   Claude never report ``done``), or ``cancelled`` when the turn was denied at a dialog
   or interrupted.
@@ -98,6 +99,17 @@ class StatusMachine:
         elif reported == "blocked":
             new_state = "blocked"
             new_kind = _blocked_kind(kind)
+            if (
+                not self._in_turn
+                and new_kind == "permission"
+                and self.state in ("idle", "done", "cancelled", "error")
+            ):
+                # IDLE | DONE | CANCELLED | ERROR -> BLOCKED(permission): asking to use a
+                # tool means work began, even if a brief `working` was never seen (screen
+                # rules need two agreeing looks). From the start (a trust prompt) it does not.
+                self.turn += 1
+                self._in_turn = True
+                self._turn_cancelled = False
         elif reported == "idle":
             if self._in_turn or self._turn_cancelled:
                 # WORKING/BLOCKED -> IDLE ends the turn: done, or cancelled after a deny.

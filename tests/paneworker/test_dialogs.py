@@ -327,7 +327,7 @@ def test_devin_refuses_what_it_does_not_know(screen: str) -> None:
     refusal("devin", screen, "deny_once")
 
 
-# -- 3. recognisers: Claude (trust prompt only), codex, generic, demo -------------------
+# -- 3. recognisers: Claude's trust prompt, other kinds' dialogs, generic, demo -----------
 
 
 def test_claude_trust_prompt_is_only_ever_declined_with_esc() -> None:
@@ -341,6 +341,104 @@ def test_claude_refuses_its_other_screens() -> None:
         refusal("claude", claude_at(offset), "deny_once")
     refusal("claude", crlf((SCREENS / "claude" / "tool_permission.txt").read_text()), "deny_once")
     refusal("claude", claude_at(1880, "startup"), "deny_once")  # the trust prompt, then exit
+
+
+# -- 3b. recognisers on the real dialogs (tests/tools/fake_model.py, 120x40) ---------------
+
+
+def captured_dialog(cli: str, scenario: str) -> bytes:
+    """The recorded bytes up to the first read that shows the whole permission dialog."""
+    data = (CAPTURED / cli / f"{scenario}.bin").read_bytes()
+    chunks = json.loads((CAPTURED / cli / f"{scenario}.json").read_text())["chunks"]
+    ends = {"opencode": "ctrl+f", "claude": "esc to cancel", "codex": "press enter to confirm"}
+    for _t, end in chunks:
+        text = "\n".join(terminal_with(data[:end], 120, 40).display_lines()).lower()
+        if ends[cli] in text and ("allow once" in text or "1. yes" in text):
+            return data[:end]
+    raise AssertionError(f"no dialog in {cli}/{scenario}")
+
+
+def real_plan(cli: str, data: bytes, answer: str) -> DialogPlan:
+    return recogniser_for(cli)(DialogScreen.from_terminal(terminal_with(data, 120, 40)), answer)
+
+
+def real_refusal(cli: str, data: bytes, answer: str) -> str:
+    with pytest.raises(PanewardenError) as caught:
+        real_plan(cli, data, answer)
+    assert caught.value.code.value == "dialog_unrecognized"
+    return caught.value.message
+
+
+def refocus(data: bytes, old: str, new: str) -> bytes:
+    """``data`` plus bytes that rewrite the one row starting with ``old`` as ``new``."""
+    lines = terminal_with(data, 120, 40).display_lines()
+    (row,) = [r for r, line in enumerate(lines) if line.startswith(old)]
+    return data + f"\x1b[{row + 1};1H\x1b[2K{new}".encode()
+
+
+@pytest.mark.parametrize("cli", ["opencode", "claude", "codex"])
+@pytest.mark.parametrize("scenario", ["permission_allow", "permission_deny"])
+def test_real_dialogs_are_answered_with_enter_or_esc(cli: str, scenario: str) -> None:
+    data = captured_dialog(cli, scenario)
+    assert real_plan(cli, data, "allow_once").steps == (ENTER,)
+    assert real_plan(cli, data, "deny_once").steps == (ESC,)
+
+
+def test_real_opencode_dialog_reads_the_highlight_from_colours() -> None:
+    data = captured_dialog("opencode", "permission_allow")
+    # Measured: 'Allow once' on 48;2;255;175;95, the others on 48;2;28;28;28.
+    hint = "  ctrl+f fullscreen  ⇆ select  enter confirm"
+    repaint = refocus(
+        data,
+        "  ┃   Allow once   Allow always   Reject",
+        "  ┃\x1b[48;2;28;28;28m   Allow once \x1b[48;2;255;175;95m Allow always \x1b[48;2;28;28;28m"
+        f"  Reject{hint}\x1b[0m",
+    )
+    assert "highlight" in real_refusal("opencode", repaint, "allow_once")
+    assert real_plan("opencode", repaint, "deny_once").steps == (ESC,)
+
+
+def test_real_opencode_external_directory_dialog_is_refused() -> None:
+    data = captured_dialog("opencode", "permission_allow")
+    other = refocus(data, "  ┃    # Shell command", "  ┃    ← Access external directory /tmp")
+    real_refusal("opencode", other, "allow_once")
+    real_refusal("opencode", other, "deny_once")
+
+
+def test_real_claude_dialog_moves_the_focus_back_to_yes_never_to_a_rule() -> None:
+    data = captured_dialog("claude", "permission_allow")
+    moved = refocus(refocus(data, " ❯ 1. Yes", "   1. Yes"), "   4. No", " ❯ 4. No")
+    assert real_plan("claude", moved, "allow_once").steps == (UP, UP, UP, ENTER)
+    assert real_plan("claude", moved, "deny_once").steps == (ESC,)
+    # The fingerprint ignores the focus, so the handler can follow the arrows.
+    assert (
+        real_plan("claude", moved, "allow_once").fingerprint
+        == real_plan("claude", data, "allow_once").fingerprint
+    )
+
+
+def test_real_claude_dialog_is_refused_when_incomplete_or_not_bash() -> None:
+    data = captured_dialog("claude", "permission_allow")
+    real_refusal("claude", refocus(data, " Esc to cancel · Tab to amend", ""), "deny_once")
+    real_refusal("claude", refocus(data, " Bash command", " Edit file"), "allow_once")
+    two_yes = refocus(data, "   4. No", "   4. Yes")
+    assert "one plain" in real_refusal("claude", two_yes, "allow_once")
+    no_focus = refocus(data, " ❯ 1. Yes", "   1. Yes")
+    real_refusal("claude", no_focus, "allow_once")
+
+
+def test_real_codex_dialog_moves_the_focus_back_to_proceed() -> None:
+    data = captured_dialog("codex", "permission_allow")
+    moved = refocus(
+        refocus(data, "› 1. Yes, proceed (y)", "  1. Yes, proceed (y)"),
+        "  3. No, and tell Codex what to do differently (esc)",
+        "› 3. No, and tell Codex what to do differently (esc)",
+    )
+    assert real_plan("codex", moved, "allow_once").steps == (UP, UP, ENTER)
+    assert real_plan("codex", moved, "deny_once").steps == (ESC,)
+    real_refusal(
+        "codex", refocus(data, "  Press enter to confirm or esc to cancel", ""), "deny_once"
+    )
 
 
 @pytest.mark.parametrize("agent", ["codex", "generic", "gemini"])

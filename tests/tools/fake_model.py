@@ -23,14 +23,20 @@ names and last message), so one can see what each CLI sends.
 
 Usage::
 
-    python -m tests.tools.fake_model [--port 0] [--log FILE] [--command "touch /tmp/x"]
+    python -m tests.tools.fake_model serve [--log FILE] [--command "touch /tmp/x"]
+    python -m tests.tools.fake_model record CLI allow|deny [--out tests/captured] [--show]
 
-or, in tests, :class:`FakeModel` as a context manager (a thread; ``url`` once started).
+``record`` runs the CLI under ``tests/tools/record_cli.py``'s recorder (fresh HOME with the
+configs of :func:`write_cli_configs`, the variables of :func:`cli_env`) and writes
+``<cli>/permission_<answer>.bin/.json`` plus the server's request log; run
+``python -m tests.tools.make_goldens --only <cli>/permission_<answer>`` afterwards. In tests,
+:class:`FakeModel` is a context manager (a thread; ``url`` once started).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import re
@@ -90,11 +96,8 @@ def _ends_with_tool_result(messages: list[dict[str, Any]]) -> bool:
             return True
         if role == "user":
             content = item.get("content")
-            if isinstance(content, list) and any(
-                isinstance(b, dict) and b.get("type") == "tool_result" for b in content
-            ):
-                return True
-            return False
+            blocks = content if isinstance(content, list) else []
+            return any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks)
         if role in ("assistant", "system", "developer"):
             continue
     return False
@@ -360,6 +363,85 @@ def responses_stream(body: dict[str, Any], d: Decision) -> Iterator[bytes]:
     yield _sse({"type": "response.completed", "response": done}, "response.completed")
 
 
+# ------------------------------------------------------------------ CLI set-up
+
+
+def write_cli_configs(home: Path, work: Path, url: str) -> None:
+    """Point every CLI under ``home`` at the fake model and make it ask for shell commands."""
+    opencode = home / ".config" / "opencode"
+    opencode.mkdir(parents=True)
+    (opencode / "opencode.json").write_text(
+        json.dumps(
+            {
+                "$schema": "https://opencode.ai/config.json",
+                "provider": {
+                    "fake": {
+                        "npm": "@ai-sdk/openai-compatible",
+                        "name": "Fake",
+                        "options": {"baseURL": url + "/v1", "apiKey": "dummy"},
+                        "models": {"fake-model": {"name": "Fake Model", "tool_call": True}},
+                    }
+                },
+                "model": "fake/fake-model",
+                "small_model": "fake/fake-model",
+                "permission": {"bash": "ask", "edit": "ask"},
+                "autoupdate": False,
+                "share": "disabled",
+            }
+        )
+    )
+    (home / ".claude.json").write_text(
+        json.dumps(
+            {
+                "hasCompletedOnboarding": True,
+                "projects": {str(work): {"hasTrustDialogAccepted": True}},
+                # 2.1.332 otherwise offers to make auto mode the default at start-up
+                # ("Make auto mode your default permission mode?") when the user settings
+                # set another defaultMode.
+                "hasSeenAutoDefaultNudge": True,
+            }
+        )
+    )
+    (home / ".claude").mkdir()
+    (home / ".claude" / "settings.json").write_text(
+        json.dumps({"permissions": {"defaultMode": "default"}})
+    )
+    (home / ".codex").mkdir()
+    (home / ".codex" / "config.toml").write_text(
+        f"""model = "fake-model"
+model_provider = "fake"
+approval_policy = "on-request"
+sandbox_mode = "read-only"
+
+[model_providers.fake]
+name = "fake"
+base_url = "{url}/v1"
+wire_api = "responses"
+env_key = "FAKE_API_KEY"
+
+[projects."{work}"]
+trust_level = "trusted"
+"""
+    )
+
+
+def cli_env(cli: str, url: str, home: Path) -> dict[str, str]:
+    """The profile variables of ``cli``: its HOME and how it reaches the fake model."""
+    env = {"HOME": str(home)}
+    if cli == "claude":
+        env |= {
+            "ANTHROPIC_BASE_URL": url,
+            "ANTHROPIC_AUTH_TOKEN": "dummy",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+        }
+    elif cli == "codex":
+        env["FAKE_API_KEY"] = "dummy"
+    elif cli == "opencode":
+        env |= {"OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1"}
+    return env
+
+
 # ------------------------------------------------------------------ server
 
 
@@ -367,7 +449,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # the JSON-lines log replaces the stderr access log
 
     def _body(self) -> dict[str, Any]:
@@ -399,7 +481,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         self.close_connection = True
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         self.server.log_request_line("GET", self.path, {}, None)
         if self.path.rstrip("/").endswith("/models"):
             model = {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}
@@ -407,13 +489,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._send_json(404, {"error": {"message": "not found", "type": "not_found"}})
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self.server.log_request_line("HEAD", self.path, {}, None)
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = self._body()
         path = self.path.split("?", 1)[0].rstrip("/")
         if path.endswith("/count_tokens"):
@@ -504,17 +586,103 @@ class FakeModel:
         self._thread.join(timeout=5)
 
 
+# ------------------------------------------------------------------ recordings
+
+# Per CLI: the text of its ready prompt, the text of its dialog, the keys that end it.
+_RECORD = {
+    "opencode": ("ask anything", "permission required", ["\x03"]),
+    "claude": ("manual mode on", "do you want to proceed", ["\x03", "\x03"]),
+    "codex": ("ask codex to do anything", "would you like to run", ["\x03", "\x03"]),
+}
+
+
+def permission_scenario(cli: str, answer: str) -> Any:
+    """A record_cli scenario: prompt, dialog, ``answer`` (allow: Enter, deny: Esc), exit."""
+    from tests.tools import record_cli as rc
+
+    ready, dialog, exit_keys = _RECORD[cli]
+    marker = f"{answer}.marker"
+    key, after = ("\r", "done.") if answer == "allow" else ("\x1b", None)
+    steps = [
+        rc.Step(screen=ready, quiet=1.5, deadline=30, mark="ready", send=f"RUN: touch {marker}"),
+        rc.Step(quiet=0.5, deadline=3, mark="typed", send="\r"),
+        # No golden point inside Codex's dialog: it leaves the cursor in the pending-wrap
+        # state at the bottom-right cell, which tmux reports as column 120 and the pane's
+        # emulator as 119 (the golden replay compares cursors exactly). Tests find the
+        # dialog from the recorded read boundaries instead.
+        rc.Step(
+            screen=dialog,
+            quiet=1.5,
+            deadline=30,
+            mark=None if cli == "codex" else "dialog",
+            send=key,
+        ),
+        rc.Step(
+            screen=after,
+            quiet=1.5,
+            deadline=15,
+            mark="allowed" if answer == "allow" else "denied",
+            send=exit_keys[0],
+        ),
+        *[rc.Step(quiet=0.5, deadline=2, send=k) for k in exit_keys[1:]],
+        rc.Step(exit=8),
+    ]
+    argv = rc.CODEX_ARGV if cli == "codex" else [cli]
+    what = "Enter allows it: the command runs" if answer == "allow" else "Esc rejects it"
+    return rc.Scenario(
+        cli,
+        f"permission_{answer}",
+        argv,
+        steps,
+        f"against tests/tools/fake_model.py on loopback: 'RUN: touch {marker}' makes the model "
+        f"call the shell tool; the permission dialog; {what}; the turn ends; exit",
+    )
+
+
+def record(cli: str, answer: str, out: Path, show: bool) -> dict[str, Any]:
+    """Record ``tests/captured/<cli>/permission_<answer>`` with record_cli's recorder.
+
+    The recorder builds a minimal environment itself; the variables that point the CLI at
+    the server are added by wrapping its ``build_env`` for the duration of the run.
+    """
+    from tests.tools import record_cli as rc
+
+    with FakeModel(out / cli / f"permission_{answer}.model.log") as model:
+        scenario = permission_scenario(cli, answer)
+        scenario.setup = lambda home, work: write_cli_configs(home, work, model.url)
+        plain = rc.build_env
+
+        def build_env(home: Path, prefix: Path, extra: dict[str, str]) -> dict[str, str]:
+            return plain(home, prefix, {**extra, **cli_env(cli, model.url, home)})
+
+        rc.build_env = build_env
+        try:
+            meta: dict[str, Any] = rc.Recorder(scenario, out, rc.DEFAULT_PREFIX, show).record()
+        finally:
+            rc.build_env = plain
+        print(rc.summary(meta), flush=True)
+        return meta
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--log", type=Path, default=None)
-    ap.add_argument("--command", default="true", help="shell command when the prompt has no RUN:")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    serve = sub.add_parser("serve", help="run the server until Ctrl-C")
+    serve.add_argument("--log", type=Path, default=None)
+    serve.add_argument("--command", default="true", help="shell command when there is no RUN:")
+    rec = sub.add_parser("record", help="record a CLI's permission dialog into tests/captured")
+    rec.add_argument("cli", choices=sorted(_RECORD))
+    rec.add_argument("answer", choices=["allow", "deny"])
+    rec.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "captured")
+    rec.add_argument("--show", action="store_true")
     args = ap.parse_args(argv)
+    if args.cmd == "record":
+        record(args.cli, args.answer, args.out, args.show)
+        return 0
     with FakeModel(args.log, args.command) as fm:
         print(fm.url, flush=True)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
     return 0
 
 
