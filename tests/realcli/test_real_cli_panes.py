@@ -18,31 +18,10 @@ import psutil
 import pytest
 from mcp import Client
 
-from tests.conftest import REPO, Tools, eventually, stdio_params
+from tests.conftest import Tools, eventually, stdio_params
+from tests.realcli import cli_path, need, procs_of, remove_and_check_nothing_left
 
 pytestmark = pytest.mark.anyio
-
-PREFIX = Path(os.environ.get("PANEWARDEN_CLI_PREFIX", REPO / ".npm-cli"))
-VERSIONS = json.loads((Path(__file__).parent / "versions.json").read_text())
-
-
-def _bin(package: str) -> Path:
-    path = PREFIX / VERSIONS[package]["path"]
-    if not path.exists():
-        pytest.skip(f"{package} is not installed: run `bash tests/realcli/install.sh {PREFIX}`")
-    return path
-
-
-def _procs_of(home: Path) -> list[psutil.Process]:
-    """Every live process whose HOME is ``home`` (the CLI and anything it started)."""
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.environ().get("HOME") == str(home) and proc.status() != "zombie":
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
 
 
 @pytest.fixture
@@ -59,7 +38,7 @@ async def cli_env(tmp_path: Path) -> AsyncIterator[tuple[Tools, Path]]:
         ("codex", "@openai/codex", "codex", []),
         ("opencode", "opencode-ai", "opencode", []),
     ):
-        path = PREFIX / VERSIONS[package]["path"]
+        path = cli_path(package)
         profiles["profiles"].append(
             {
                 "name": name,
@@ -77,18 +56,12 @@ async def cli_env(tmp_path: Path) -> AsyncIterator[tuple[Tools, Path]]:
         async with Client(stdio_params(state, PANEWARDEN_PROFILES=str(pfile))) as client:
             yield Tools(client), home
     finally:
-        for proc in _procs_of(home):
+        for proc in procs_of(home):
             proc.kill()
 
 
-async def _assert_cleanup(tools: Tools, name: str, home: Path) -> None:
-    await tools.call("remove_pane", name=name)
-    gone = await eventually(lambda: not _procs_of(home), timeout_s=5)
-    assert gone, f"processes left behind: {[p.cmdline() for p in _procs_of(home)]}"
-
-
 async def test_claude_trust_prompt_reads_blocked(cli_env: tuple[Tools, Path]) -> None:
-    _bin("@anthropic-ai/claude-code")
+    need("@anthropic-ai/claude-code")
     tools, home = cli_env
     await tools.call("start_pane", name="claude", profile="claude")
     match = await tools.call(
@@ -114,11 +87,11 @@ async def test_claude_trust_prompt_reads_blocked(cli_env: tuple[Tools, Path]) ->
     assert ended["lifecycle"] == "exited"
     shown = (await tools.call("read_output", name="claude", scrollback=True))["text"]
     assert "trusted" in shown
-    await _assert_cleanup(tools, "claude", home)
+    await remove_and_check_nothing_left(tools, "claude", home, timeout_s=5)
 
 
 async def test_codex_sign_in_reads_blocked_and_its_daemon_dies(cli_env: tuple[Tools, Path]) -> None:
-    _bin("@openai/codex")
+    need("@openai/codex")
     tools, home = cli_env
     await tools.call("start_pane", name="codex", profile="codex")
     match = await tools.call(
@@ -130,16 +103,16 @@ async def test_codex_sign_in_reads_blocked_and_its_daemon_dies(cli_env: tuple[To
     assert status["source"] == "screen"
     # Codex starts a managed app-server daemon in its own session; it must not survive.
     daemons: list[psutil.Process] = await eventually(
-        lambda: [p for p in _procs_of(home) if "app-server" in " ".join(p.cmdline())], 20
+        lambda: [p for p in procs_of(home) if "app-server" in " ".join(p.cmdline())], 20
     )
     assert daemons, "codex started no app-server daemon this time"
     pane_pid = (await tools.call("list_panes"))["panes"][0]["pid"]
     assert all(os.getsid(p.pid) != pane_pid for p in daemons)  # escaped the pane's session
-    await _assert_cleanup(tools, "codex", home)
+    await remove_and_check_nothing_left(tools, "codex", home, timeout_s=5)
 
 
 async def test_opencode_home_screen_reads_idle(cli_env: tuple[Tools, Path]) -> None:
-    _bin("opencode-ai")
+    need("opencode-ai")
     tools, home = cli_env
     await tools.call("start_pane", name="oc", profile="opencode")
     match = await tools.call("wait_output", name="oc", pattern="Ask anything", timeout_s=90)
@@ -148,4 +121,4 @@ async def test_opencode_home_screen_reads_idle(cli_env: tuple[Tools, Path]) -> N
     assert status["state"] == "idle", status
     text = (await tools.call("read_output", name="oc"))["text"]
     assert "ctrl+p commands" in text
-    await _assert_cleanup(tools, "oc", home)
+    await remove_and_check_nothing_left(tools, "oc", home, timeout_s=5)

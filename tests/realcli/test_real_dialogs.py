@@ -25,24 +25,21 @@ is shown is refused with ``pane_blocked``. Skipped when a CLI is not installed.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil
 import pytest
 from mcp import Client
 
-from tests.conftest import REPO, Tools, eventually, stdio_params
+from tests.conftest import Tools, stdio_params
+from tests.realcli import cli_path, need, procs_of, remove_and_check_nothing_left
 from tests.tools.fake_model import FakeModel, cli_env, write_cli_configs
 
 pytestmark = pytest.mark.anyio
 
-PREFIX = Path(os.environ.get("PANEWARDEN_CLI_PREFIX", REPO / ".npm-cli"))
-VERSIONS = json.loads((Path(__file__).parent / "versions.json").read_text())
 PACKAGES = {
     "opencode": "opencode-ai",
     "claude": "@anthropic-ai/claude-code",
@@ -58,18 +55,6 @@ DIALOG_TEXT = {
     "claude": "Do you want to proceed?",
     "codex": "Would you like to run the following command?",
 }
-
-
-def _procs_of(home: Path) -> list[psutil.Process]:
-    """Every live process whose HOME is ``home`` (the CLI and anything it started)."""
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.environ().get("HOME") == str(home) and proc.status() != "zombie":
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
 
 
 @dataclass
@@ -100,7 +85,7 @@ async def dialog_env(tmp_path: Path, fake_model: FakeModel) -> AsyncIterator[Env
             {
                 "name": cli,
                 "agent": cli,
-                "argv": [str(PREFIX / VERSIONS[package]["path"]), *EXTRA_ARGS.get(cli, [])],
+                "argv": [str(cli_path(package)), *EXTRA_ARGS.get(cli, [])],
                 "cwds": [str(work)],
                 "env": cli_env(cli, fake_model.url, home),
             }
@@ -113,14 +98,12 @@ async def dialog_env(tmp_path: Path, fake_model: FakeModel) -> AsyncIterator[Env
         async with Client(stdio_params(state, PANEWARDEN_PROFILES=str(pfile))) as client:
             yield Env(Tools(client), home, work, fake_model)
     finally:
-        for proc in _procs_of(home):
+        for proc in procs_of(home):
             proc.kill()
 
 
 def _need(cli: str) -> None:
-    package = PACKAGES[cli]
-    if not (PREFIX / VERSIONS[package]["path"]).exists():
-        pytest.skip(f"{package} is not installed: run `bash tests/realcli/install.sh {PREFIX}`")
+    need(PACKAGES[cli])
 
 
 async def _ready(env: Env, cli: str) -> dict[str, Any]:
@@ -148,9 +131,7 @@ async def _ask(env: Env, cli: str, marker: str, after: int) -> dict[str, Any]:
 
 
 async def _remove(env: Env, cli: str) -> None:
-    await env.tools.call("remove_pane", name=cli)
-    gone = await eventually(lambda: not _procs_of(env.home), timeout_s=10)
-    assert gone, f"processes left behind: {[p.cmdline() for p in _procs_of(env.home)]}"
+    await remove_and_check_nothing_left(env.tools, cli, env.home)
 
 
 @pytest.mark.parametrize("cli", list(PACKAGES))
