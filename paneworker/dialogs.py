@@ -534,6 +534,11 @@ def _unmeasured(screen: DialogScreen, answer: str) -> DialogPlan:
     raise _refuse("this pane's agent kind has no measured dialog recogniser")
 
 
+def has_recogniser(agent: str) -> bool:
+    """False for agent kinds whose dialogs are never answered (generic, unmeasured)."""
+    return recogniser_for(agent) is not _unmeasured
+
+
 def recogniser_for(agent: str) -> Recogniser:
     """The recogniser for an agent kind; other kinds (generic, …) always refuse."""
     match agent:

@@ -15,12 +15,12 @@ it exists; ``source`` says which one decided.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from paneworker.osc7501 import StatusReport
+from paneworker.patterns import Pattern
 from paneworker.program import Program
 from paneworker.screen_rules import Decision, RuleSet, bundled_rules, classify
 from paneworker.status import StatusMachine
@@ -42,7 +42,7 @@ class Watch:
 
     watch_id: int
     needle: str
-    regex: re.Pattern[str] | None
+    regex: Pattern | None
 
     def find(self, lines: list[str]) -> str | None:
         """The first line that matches, or None."""
@@ -93,12 +93,13 @@ class ScreenState:
         self._clock = clock
         self._rules = _RulesProgress()
         self.program: Program | None = None
-        self._report_seen = False
         self.terminal = Terminal(
             boot.cols,
             boot.rows,
             reply=self._reply,
-            on_report=self._on_report,
+            on_report=lambda _report: None,
+            # In stream order: two reports in one read are two status changes, not one.
+            on_root_change=self._apply_root,
             history_lines=boot.history_lines,
         )
         self.watches: dict[int, Watch] = {}
@@ -116,16 +117,10 @@ class ScreenState:
         if self.program is not None and not self.program.eof:
             self.program.queue_input(data)
 
-    def _on_report(self, _report: StatusReport) -> None:
-        self._report_seen = True
-
     def feed(self, data: bytes) -> None:
         """Feed program output; update status and watches."""
         self.last_activity = self._clock()
         self.terminal.feed(data)
-        if self._report_seen:
-            self._report_seen = False
-            self._apply_root(self.terminal.records.root)
         self._check_watches()
 
     def _apply_root(self, root: StatusReport | None) -> None:
