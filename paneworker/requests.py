@@ -30,6 +30,7 @@ from protocol.messages import (
     Closed,
     Heartbeat,
     Interrupt,
+    Introduce,
     Ping,
     ReadScreen,
     Resize,
@@ -83,6 +84,9 @@ class RequestHandler:
     def handle(self, msg: ToWorker) -> None:
         """Act on one request; failures become ``Failed`` replies, never exceptions."""
         if isinstance(msg, Heartbeat):
+            return
+        if isinstance(msg, Introduce):
+            self.w.introduce()
             return
         rid = msg.rid
         try:

@@ -41,6 +41,14 @@ class Ping(_Msg, tag="ping"):
     rid: int
 
 
+class Introduce(_Msg, tag="introduce"):
+    """Ask a worker to send ``Hello`` (and its descendants) now.
+
+    A supervisor that restarted sends it to the workers it re-adopts, so none of
+    them waits for its own silence timer before it is known again.
+    """
+
+
 class Heartbeat(_Msg, tag="heartbeat"):
     """Liveness beacon; sent by both sides every second."""
 
@@ -103,6 +111,7 @@ class Close(_Msg, tag="close"):
 
 ToWorker = (
     Ping
+    | Introduce
     | Heartbeat
     | WriteInput
     | Interrupt

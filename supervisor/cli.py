@@ -20,7 +20,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="panewarden",
         description="Start and drive coding-agent CLIs in supervised terminal panes over MCP.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    # The metavar lists the public commands: `demo-agent` (the bundled agent's entry
+    # point) is hidden from the usage line and from the command list.
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = sub.add_parser("serve", help="run the MCP service")
     mode = serve.add_mutually_exclusive_group(required=True)
     mode.add_argument("--stdio", action="store_true", help="serve one client over stdio")
@@ -36,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         "stdio-proxy", help="serve stdio MCP, forwarding every call to the running HTTP service"
     )
     sub.add_parser("doctor", help="check subreaper support, state dir permissions, tools")
-    sub.add_parser("demo-agent", help=argparse.SUPPRESS)
+    sub.add_parser("demo-agent")
     return parser
 
 

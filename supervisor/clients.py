@@ -26,6 +26,7 @@ from pathlib import Path
 import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
+from protocol.safe_files import FileReadError, read_regular_file
 from supervisor.access import SCOPES, Caller
 from supervisor.config import ServiceConfig
 
@@ -102,32 +103,10 @@ def read_private_file(path: str, label: str) -> bytes:
         PanewardenError: ``config_invalid`` naming the variable and the problem.
     """
     try:
-        # O_NONBLOCK so a FIFO planted at the path cannot hang the start; fstat on the
-        # opened descriptor so the checked file is the file read.
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as exc:
-        raise _config_error(f"{label}: cannot open {path!r}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise _config_error(f"{label}: {path!r} is not a regular file")
-        mode = stat.S_IMODE(info.st_mode)
-        if mode != 0o600:
-            raise _config_error(
-                f"{label}: {path!r} has mode {mode:04o}; it must be 0600 (chmod 600 {path})"
-            )
-        if info.st_uid != os.getuid():
-            raise _config_error(f"{label}: {path!r} is not owned by this user")
-        if info.st_size > SECRET_FILE_LIMIT_BYTES:
-            raise _config_error(f"{label}: {path!r} is larger than {SECRET_FILE_LIMIT_BYTES} bytes")
-        chunks: list[bytes] = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-            if sum(map(len, chunks)) > SECRET_FILE_LIMIT_BYTES:
-                raise _config_error(f"{label}: {path!r} grew past the size limit while read")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+        return read_regular_file(path, limit_bytes=SECRET_FILE_LIMIT_BYTES, private=True)
+    except FileReadError as exc:
+        hint = f" (chmod 600 {path})" if exc.reason.startswith("mode") else ""
+        raise _config_error(f"{label}: {path!r}: {exc.reason}{hint}") from None
 
 
 def read_token_file(path: str) -> str:

@@ -31,6 +31,8 @@ class ServiceConfig:
     audit_file: str | None
     allowed_hosts: tuple[str, ...]
     environ: Mapping[str, str]
+    # True when PANEWARDEN_STATE_DIR names the state dir (a shared, explicit one).
+    state_dir_explicit: bool = False
     # Testing/tuning knob (PANEWARDEN_WATCHDOG_PERIOD_S): seconds between watchdog passes.
     watchdog_period_s: float = DEFAULT_WATCHDOG_PERIOD_S
     # Tuning knob (PANEWARDEN_HEARTBEAT_LOSS_S): a worker silent this long is hung: killed.
@@ -83,6 +85,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> ServiceConfig:
         audit_file=env.get("PANEWARDEN_AUDIT_FILE") or None,
         allowed_hosts=hosts,
         environ=env,
+        state_dir_explicit=bool(env.get("PANEWARDEN_STATE_DIR")),
         watchdog_period_s=_bounded_float_env(
             env, "PANEWARDEN_WATCHDOG_PERIOD_S", DEFAULT_WATCHDOG_PERIOD_S, 0.05, 3600.0
         ),

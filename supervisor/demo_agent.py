@@ -5,6 +5,12 @@ its own input line in raw mode, runs short fake turns, draws a permission dialog
 detached grandchild behind (so pane cleanup can be proven), and reports every state change
 over OSC 7501 with ``app=demo`` so panewarden never has to guess its state from the screen.
 
+Two behaviours of real CLIs can be reproduced on purpose. A prompt containing both
+``dialog`` and ``slow`` reports ``blocked`` first and draws the dialog
+``SLOW_DIALOG_SECONDS`` later (Claude Code and Codex report before they draw). Started
+with ``--startup-blip``, the agent reports ``working`` then ``idle`` again
+``BLIP_SECONDS`` after its first idle, before any prompt (as Codex does at start).
+
 Run it as ``python -m supervisor.demo_agent``. Standard library only.
 """
 
@@ -40,6 +46,8 @@ STEP_SECONDS: Final = 0.03
 # A lone ESC is only known to be lone once nothing follows it for this long.
 ESC_SECONDS: Final = 0.05
 HELPER_SECONDS: Final = 600.0
+SLOW_DIALOG_SECONDS: Final = 0.5
+BLIP_SECONDS: Final = 0.1
 
 ENABLE_PASTE: Final = "\x1b[?2004h"
 DISABLE_PASTE: Final = "\x1b[?2004l"
@@ -102,6 +110,12 @@ class KeyReader:
         # Exit status once the input has ended; buffered bytes are still served first
         # so that piped input such as ``hello\\nexit\\n`` runs to the end.
         self._ended: int | None = None
+
+    def wait(self, seconds: float) -> None:
+        """Let ``seconds`` pass, keeping whatever is typed meanwhile for later."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            self.fill(remaining)
 
     def fill(self, timeout: float | None) -> bool:
         """Wait up to ``timeout`` (None: forever) for more input; True if some arrived."""
@@ -302,9 +316,10 @@ def report(state: str, kind: str | None = None) -> str:
 class DemoAgent:
     """The interactive loop: prompt, line editing, turns and the permission dialog."""
 
-    def __init__(self, in_fd: int, out_fd: int) -> None:
+    def __init__(self, in_fd: int, out_fd: int, *, startup_blip: bool = False) -> None:
         self._keys = KeyReader(in_fd)
         self._out = out_fd
+        self._startup_blip = startup_blip
 
     def run(self) -> int:
         """Serve the prompt until ``exit`` or Ctrl-D; returns the exit status."""
@@ -313,6 +328,11 @@ class DemoAgent:
         # After the banner, so a status watcher sees idle with the banner on screen.
         self._report("idle")
         self._write(PROMPT)
+        if self._startup_blip:
+            # Start-up activity of the program's own, before anyone typed anything.
+            self._keys.wait(BLIP_SECONDS)
+            self._report("working")
+            self._report("idle")
         line: list[str] = []
         while True:
             key = self._keys.next_key()
@@ -350,7 +370,7 @@ class DemoAgent:
             if self._pause():
                 self._interrupted()
                 return
-            choice = self._dialog(dialog_command(text))
+            choice = self._dialog(dialog_command(text), slow="slow" in text)
             if choice is None or choice == len(OPTIONS) - 1:
                 self._write("denied\r\n")
                 self._report("idle")
@@ -383,7 +403,7 @@ class DemoAgent:
         self._write("^C interrupted\r\n")
         self._report("idle")
 
-    def _dialog(self, command: str) -> int | None:
+    def _dialog(self, command: str, *, slow: bool = False) -> int | None:
         """Draw the dialog and return the chosen option's index, or None for Esc."""
         shown = DIALOG_COMMAND + command
         with contextlib.suppress(OSError):
@@ -393,9 +413,13 @@ class DemoAgent:
                 shown = shown[: limit - 1] + "…"
         selected = 0
         rows = [DIALOG_TITLE, shown, *option_rows(selected), DIALOG_HINT]
+        if slow:
+            self._report("blocked", "permission")
+            self._keys.wait(SLOW_DIALOG_SECONDS)
         self._write("\r\n".join(rows) + "\r\n")
-        # Only after drawing: whoever sees `blocked` must find the whole dialog on screen.
-        self._report("blocked", "permission")
+        if not slow:
+            # Only after drawing: whoever sees `blocked` then finds the whole dialog.
+            self._report("blocked", "permission")
         while True:
             key = self._keys.next_key()
             if key.kind is KeyKind.ENTER:
@@ -505,7 +529,7 @@ def main() -> int:
     saved: list[Any] | None = None
     try:
         saved = _enter_raw(in_fd)
-        return DemoAgent(in_fd, out_fd).run()
+        return DemoAgent(in_fd, out_fd, startup_blip="--startup-blip" in sys.argv[1:]).run()
     except Terminated as exc:
         return 128 + exc.signum
     except Hangup as exc:

@@ -42,6 +42,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from protocol.errors import ErrorCode, PanewardenError
+from protocol.safe_files import FileReadError, read_regular_file
 from supervisor.clients import read_token_file
 from supervisor.config import ServiceConfig
 from supervisor.http_access import ClientTokenVerifier, HttpAccess, HttpGate
@@ -49,6 +50,8 @@ from supervisor.mcp_front import build_server
 from supervisor.runtime import running_service, serve_until_signalled
 from supervisor.service import PaneService
 from supervisor.statedir import atomic_write, ensure_private_dir
+
+URL_FILE_LIMIT_BYTES = 4096
 
 log = logging.getLogger(__name__)
 
@@ -175,10 +178,14 @@ def service_url_path(state_dir: Path) -> Path:
 def read_service_url(config: ServiceConfig) -> str | None:
     """The running HTTP service's URL, or None if no service recorded one."""
     try:
-        text = service_url_path(config.state_dir).read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
+        data = read_regular_file(
+            service_url_path(config.state_dir),
+            limit_bytes=URL_FILE_LIMIT_BYTES,
+            follow_symlinks=False,
+        )
+    except FileReadError:
         return None
-    return text or None
+    return data.decode("utf-8", errors="replace").strip() or None
 
 
 def _listen(address: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> socket.socket:

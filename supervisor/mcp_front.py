@@ -28,6 +28,7 @@ from supervisor import tool_schemas as ts
 from supervisor.access import Access, Caller, check_scope
 from supervisor.panes import SETTLED, Pane
 from supervisor.service import PaneService, WaitTarget
+from supervisor.tool_schemas import CLIENT_INJECTED_ARGS
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ def _tool_specs(service: PaneService) -> list[ToolSpec]:
         }
 
     async def get_status(a: ts.NameArgs, _ctx: Context) -> dict[str, Any]:
-        pane = service.pane(a.name)
+        pane = await service.ready_pane(a.name)
         return _status(pane.name, pane.status)
 
     async def wait_status(a: ts.WaitStatusArgs, ctx: Context) -> dict[str, Any]:
@@ -179,11 +180,15 @@ def _tool_specs(service: PaneService) -> list[ToolSpec]:
             ctx, service.wait_output(a.name, a.pattern, a.regex, a.timeout_s), a.timeout_s
         )
         if match is None:
-            return {"matched": False, "line": None, "seq": service.pane(a.name).status.seq}
+            return {
+                "matched": False,
+                "line": None,
+                "seq": (await service.ready_pane(a.name)).status.seq,
+            }
         return {"matched": True, "line": match.line, "seq": match.seq}
 
     async def list_panes(_a: ts.EmptyArgs, _ctx: Context) -> dict[str, Any]:
-        return {"panes": [pane_info(p) for p in service.list_panes()]}
+        return {"panes": [pane_info(p) for p in await service.ready_panes()]}
 
     async def interrupt_pane(a: ts.NameArgs, _ctx: Context) -> dict[str, Any]:
         return {"seq": await service.interrupt(a.name)}
@@ -306,7 +311,10 @@ def _tool_specs(service: PaneService) -> list[ToolSpec]:
 
 def _raw_arguments(ctx: Context) -> Any:
     params = ctx.request_context.params or {}
-    return params.get("arguments") or {}
+    args = params.get("arguments") or {}
+    if isinstance(args, dict) and not CLIENT_INJECTED_ARGS.isdisjoint(args):
+        args = {k: v for k, v in args.items() if k not in CLIENT_INJECTED_ARGS}
+    return args
 
 
 def _make_tool(spec: ToolSpec, access: Access) -> Tool:

@@ -14,11 +14,14 @@ from pathlib import Path
 
 import msgspec
 
+from protocol.safe_files import FileReadError, read_regular_file
 from supervisor.statedir import atomic_write, ensure_private_dir, sweep_temp_files
 
 log = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
+# A pane record is a few hundred bytes; anything far larger is not one of ours.
+RECORD_LIMIT_BYTES = 64 * 1024
 
 
 class PaneRecord(msgspec.Struct, forbid_unknown_fields=True):
@@ -60,14 +63,21 @@ class PaneRecords:
         quarantined: list[str] = []
         for path in sorted(self.dir.glob("*.json")):
             try:
-                record = msgspec.json.decode(path.read_bytes(), type=PaneRecord)
+                data = read_regular_file(
+                    path, limit_bytes=RECORD_LIMIT_BYTES, follow_symlinks=False
+                )
+                record = msgspec.json.decode(data, type=PaneRecord)
                 if record.version != RECORD_VERSION or f"{record.name}.json" != path.name:
                     raise ValueError("unexpected version or name")
-            except (OSError, ValueError, msgspec.MsgspecError) as exc:
-                target = path.with_suffix(".json.corrupt")
-                path.rename(target)
-                log.error("quarantined corrupt pane record %s: %s", path.name, exc)
-                quarantined.append(path.name)
+            except FileReadError as exc:
+                problem = exc.reason
+            except (ValueError, msgspec.MsgspecError) as exc:
+                problem = str(exc)
+            else:
+                records.append(record)
                 continue
-            records.append(record)
+            # A FIFO, a link to a device, a huge or garbled file: set aside, never read.
+            path.rename(path.with_suffix(".json.corrupt"))
+            log.error("quarantined pane record %s: %s", path.name, problem)
+            quarantined.append(path.name)
         return records, quarantined

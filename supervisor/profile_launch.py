@@ -8,10 +8,8 @@ a variable or a path but never contain a value read from a credential source.
 
 from __future__ import annotations
 
-import errno
 import os
 import pwd
-import stat
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -19,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from protocol.errors import ErrorCode, PanewardenError
+from protocol.safe_files import FileReadError, read_regular_file
 from supervisor.profile_model import EnvSource, Profile, WatchdogConfig
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -47,49 +46,6 @@ class LaunchSpec:
     rows: int
     permission_mode: str
     watchdog: WatchdogConfig | None
-
-
-class FileReadError(Exception):
-    """A file could not be read; ``reason`` is short, value-free text."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def read_regular_file(path: str, *, limit_bytes: int) -> bytes:
-    """Read a whole regular file of at most ``limit_bytes`` bytes.
-
-    Non-blocking open plus the regular-file check keep a FIFO or a device such as
-    ``/dev/zero`` from hanging or flooding the caller.
-
-    Raises:
-        FileReadError: missing, unreadable, not a regular file, or too large.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as exc:
-        raise FileReadError(os.strerror(exc.errno or errno.EIO).lower()) from None
-    except ValueError:  # NUL inside the path
-        raise FileReadError("invalid path") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise FileReadError("not a regular file")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit_bytes:
-            chunk = os.read(fd, limit_bytes + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit_bytes:
-            raise FileReadError(f"larger than {limit_bytes} bytes")
-        return b"".join(chunks)
-    except OSError as exc:
-        raise FileReadError(os.strerror(exc.errno or errno.EIO).lower()) from None
-    finally:
-        os.close(fd)
 
 
 def _account() -> tuple[str, str]:

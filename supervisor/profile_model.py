@@ -21,12 +21,12 @@ import msgspec
 from msgspec import Meta, Struct
 
 from protocol.errors import ErrorCode, PanewardenError
+from protocol.names import is_valid_name
 
 AgentKind = Literal["kiro", "devin", "opencode", "claude", "codex", "demo", "generic"]
 PermissionMode = Literal["normal", "accept-edits", "bypass"]
 EnvScheme = Literal["literal", "env", "file", "keychain"]
 
-PROFILE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 MAX_PANES_MIN, MAX_PANES_MAX = 1, 256
@@ -273,7 +273,7 @@ def _build_watchdog(where: str, entry: WatchdogEntry) -> WatchdogConfig:
 
 def build_profile(where: str, entry: ProfileEntry) -> Profile:
     """Apply every load-time policy check to one entry; ``where`` prefixes error paths."""
-    if not PROFILE_NAME_RE.fullmatch(entry.name):
+    if not is_valid_name(entry.name):
         raise config_error(
             f"{where}.name",
             "must match ^[a-z0-9][a-z0-9_-]{0,31}$ (lowercase letters, digits, '_' and '-', "

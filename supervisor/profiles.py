@@ -16,13 +16,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 from protocol.errors import ErrorCode, PanewardenError
+from protocol.safe_files import FileReadError, read_regular_file
 from supervisor.profile_launch import (
-    FileReadError,
     LaunchSpec,
     contained_cwd,
     default_cwd,
     pane_environment,
-    read_regular_file,
 )
 from supervisor.profile_model import (
     COLS_MAX,

@@ -9,6 +9,7 @@ Signal handlers only record; the loop does the work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,6 +27,8 @@ from supervisor.statedir import (
 )
 
 log = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def load_policy(config: ServiceConfig) -> ProfileSet:
@@ -56,8 +59,14 @@ async def running_service(
         try:
             yield service
         finally:
-            await service.stop(keep_panes=keep_panes)
+            try:
+                await service.stop(keep_panes=keep_panes)
+            finally:
+                _release_stop_signals()
             sock_path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                # The socket's own directory (one per state dir) goes with it.
+                sock_path.parent.rmdir()
     finally:
         lock.release()
 
@@ -83,21 +92,32 @@ async def serve_until_signalled(
     config: ServiceConfig,
     serve: Callable[[], Awaitable[None]],
     on_reload: Callable[[], None] | None = None,
+    on_stop: Callable[[], None] | None = None,
 ) -> None:
-    """Run ``serve`` until it returns or SIGTERM/SIGINT arrives; SIGHUP reloads."""
+    """Run ``serve`` until it returns or SIGTERM/SIGINT arrives; SIGHUP reloads.
+
+    A stop signal calls ``on_stop`` (which must make ``serve`` return soon), or cancels
+    ``serve`` when there is none. Stop signals stay handled (logged and ignored) after
+    this returns, while the caller closes the panes: a client that sends SIGINT then
+    SIGTERM must not kill the service in the middle of its stop. ``running_service``
+    hands them back to the default when the service has stopped.
+    """
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(serve())
 
     def stop(signum: int) -> None:
         log.info("stopping on signal %d", signum)
-        task.cancel()
+        if on_stop is not None:
+            on_stop()
+        else:
+            task.cancel()
 
     def reload() -> None:
         reload_profiles(service, config)
         if on_reload is not None:
             on_reload()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop, sig)
     loop.add_signal_handler(signal.SIGHUP, reload)
     try:
@@ -106,5 +126,16 @@ async def serve_until_signalled(
         if not task.cancelled():
             raise
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, _already_stopping, sig)
+        loop.remove_signal_handler(signal.SIGHUP)
+
+
+def _already_stopping(signum: int) -> None:
+    log.info("already stopping (signal %d)", signum)
+
+
+def _release_stop_signals() -> None:
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.remove_signal_handler(sig)

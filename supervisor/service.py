@@ -12,7 +12,6 @@ import contextlib
 import itertools
 import logging
 import os
-import re
 import signal
 import sys
 import time
@@ -42,6 +41,7 @@ from protocol.messages import (
     WatchOutput,
     WriteInput,
 )
+from protocol.names import NAME_RULE, is_valid_name
 from supervisor import orphans
 from supervisor.config import ServiceConfig
 from supervisor.pane_records import RECORD_VERSION, PaneRecord, PaneRecords
@@ -54,11 +54,12 @@ from supervisor.workers import Reply, WorkerHandle, WorkerManager
 log = logging.getLogger(__name__)
 
 RPC_TIMEOUT_S = 15.0
-PANE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 SWEEP_INTERVAL_S = 1.0
 CLOSE_GRACE_S = 2.0
 # How long a removal waits for a re-adopted worker's Hello (it re-sends it within ~3 s).
 ADOPTION_WAIT_S = 8.0
+# How long a restarted service waits for its re-adopted workers before it serves.
+READOPT_BEFORE_SERVING_S = 2.0
 
 
 def demo_argv() -> list[str]:
@@ -97,7 +98,9 @@ class PaneService:
         self._sweeper: asyncio.Task[None] | None = None
         self.watchdog = Watchdog(self, period_s=watchdog_period_s)
         self.records = PaneRecords(config.state_dir)
-        self._adoptions: list[asyncio.Task[None]] = []
+        # Panes re-adopted from records whose workers have not proved themselves yet.
+        self._adopting: dict[str, asyncio.Task[None]] = {}
+        self._stopping = False
 
     # ------------------------------------------------------------ lifecycle
 
@@ -109,6 +112,10 @@ class PaneService:
         loop.add_signal_handler(signal.SIGCHLD, self._sweep)
         self._sweeper = loop.create_task(self._sweep_loop(), name="leftover-sweeper")
         self._readopt()
+        if self._adopting:
+            # Workers reconnect within ~100 ms and are asked to introduce themselves:
+            # the service answers its first call with every surviving pane running.
+            await asyncio.wait(set(self._adopting.values()), timeout=READOPT_BEFORE_SERVING_S)
         self.watchdog.start()
 
     def _readopt(self) -> None:
@@ -142,8 +149,8 @@ class PaneService:
             )
             self.panes[rec.name] = pane
             self._by_instance[handle.instance] = pane
-            self._adoptions.append(
-                asyncio.get_running_loop().create_task(self._finish_adoption(pane))
+            self._adopting[rec.name] = asyncio.get_running_loop().create_task(
+                self._finish_adoption(pane), name=f"adopt-{rec.name}"
             )
 
     def _watchdog_config(self, profile: str) -> WatchdogConfig | None:
@@ -153,26 +160,67 @@ class PaneService:
             return None
 
     async def _finish_adoption(self, pane: Pane) -> None:
-        """Wait for the adopted worker's Hello; a silent one is killed and the pane lost."""
+        """Wait for the adopted worker's Hello, asking for it; forget a pane whose process
+        never proves it is our worker (and never signal that process)."""
         try:
-            hello = await self.workers.wait_ready(pane.handle)
-        except PanewardenError:
-            log.error("adopted worker never proved itself", extra={"pane": pane.name})
+            proven = await self.workers.wait_introduced(pane.handle, ADOPTION_WAIT_S)
+        finally:
+            self._adopting.pop(pane.name, None)
+        if not proven:
+            if not pane.handle.dead:
+                log.error(
+                    "pid %d named by the pane record never proved it is our worker; "
+                    "the pane is forgotten and the process left alone",
+                    pane.handle.pid,
+                    extra={"pane": pane.name},
+                )
+            self._forget_unproven(pane)
             return
+        hello = pane.handle.ready.result()
         pane.pid = hello.child_pid
         pane.record(hello.status)
         log.info("pane re-adopted", extra={"pane": pane.name, "worker_pid": pane.handle.pid})
 
+    def _forget_unproven(self, pane: Pane) -> None:
+        """Drop a re-adopted pane whose worker never proved itself: no signal, no `lost`."""
+        if self.panes.get(pane.name) is pane:
+            del self.panes[pane.name]
+            self.records.delete(pane.name)
+        self._by_instance.pop(pane.handle.instance, None)
+        pane.mark_removed()
+        self.workers.forget(pane.handle)
+
+    def is_stopping(self) -> bool:
+        """True once a stop began: no pane starts any more."""
+        return self._stopping
+
+    async def ready_pane(self, name: str) -> Pane:
+        """The pane called ``name`` once it is known (a re-adopted worker has introduced
+        itself, bounded); raises not_found."""
+        task = self._adopting.get(name)
+        if task is not None:
+            await asyncio.wait({task}, timeout=ADOPTION_WAIT_S)
+        return self.pane(name)
+
+    async def ready_panes(self) -> list[Pane]:
+        """Every pane, by name, once pending re-adoptions are settled (bounded)."""
+        if self._adopting:
+            await asyncio.wait(set(self._adopting.values()), timeout=ADOPTION_WAIT_S)
+        return self.list_panes()
+
     async def stop(self, keep_panes: bool = False) -> None:
         """Close every pane (unless ``keep_panes``), then the worker socket."""
+        self._stopping = True
         # First, so that no nudge is typed into a pane that is being closed.
         await self.watchdog.stop()
-        for task in self._adoptions:
+        adopting = list(self._adopting.values())
+        for task in adopting:
             task.cancel()
-        await asyncio.gather(*self._adoptions, return_exceptions=True)
+        await asyncio.gather(*adopting, return_exceptions=True)
         if not keep_panes:
+            # Panes still starting are in _by_instance only: close them too.
             await asyncio.gather(
-                *(self._remove(p) for p in list(self.panes.values())),
+                *(self._remove(p) for p in list(self._by_instance.values()) if not p.closing),
                 return_exceptions=True,
             )
         if self._sweeper is not None:
@@ -224,6 +272,12 @@ class PaneService:
         killed |= orphans.sweep_leftovers(self.workers.managed_pids, already=killed)
         pane = self._by_instance.get(handle.instance)
         if pane is None or pane.closing:
+            return
+        if not handle.proven:
+            # A re-adopted worker that died before it introduced itself: it did not
+            # survive the restart, as if its pid had been gone at adoption.
+            log.warning("pane %s did not survive the restart", pane.name, extra={"pane": pane.name})
+            self._forget_unproven(pane)
             return
         log.error(
             "worker died (exit %s); pane lost, %d processes killed",
@@ -282,29 +336,31 @@ class PaneService:
         rows: int | None = None,
     ) -> Pane:
         """Start a pane under a launch profile; returns it once its worker is ready."""
-        if not PANE_NAME_RE.fullmatch(name):
-            raise PanewardenError(
-                ErrorCode.INVALID_ARGUMENT, "pane names match ^[a-z0-9][a-z0-9_-]{0,31}$"
-            )
+        if not is_valid_name(name):
+            raise PanewardenError(ErrorCode.INVALID_ARGUMENT, f"pane {NAME_RULE}")
+        if self.is_stopping():
+            raise PanewardenError(ErrorCode.PANE_NOT_RUNNING, "the service is stopping")
+        # Name and limit are checked and the name reserved in one step, before any await:
+        # concurrent starts of one name get exactly one pane, and the limit holds.
         if name in self.panes or name in self._reserved:
             raise PanewardenError(ErrorCode.PANE_EXISTS, f"a pane named {name!r} exists")
         if len(self.panes) + len(self._reserved) >= self.profiles.max_panes:
             raise PanewardenError(
                 ErrorCode.PANE_LIMIT, f"the limit of {self.profiles.max_panes} panes is reached"
             )
-        # resolve() may read credential files: keep it off the event loop.
-        spec = await asyncio.to_thread(
-            self.profiles.resolve,
-            profile,
-            cwd=cwd,
-            extra_args=extra_args,
-            argv=argv,
-            cols=cols,
-            rows=rows,
-            environ=self.config.environ,
-        )
         self._reserved.add(name)
         try:
+            # resolve() may read credential files: keep it off the event loop.
+            spec = await asyncio.to_thread(
+                self.profiles.resolve,
+                profile,
+                cwd=cwd,
+                extra_args=extra_args,
+                argv=argv,
+                cols=cols,
+                rows=rows,
+                environ=self.config.environ,
+            )
             handle = self.workers.spawn(
                 {
                     "pane": name,
@@ -337,6 +393,11 @@ class PaneService:
                 raise
         finally:
             self._reserved.discard(name)
+        if self.is_stopping():
+            # The stop may already have closed the panes it knew: this one is not kept.
+            if not pane.closing:
+                await self._remove(pane)
+            raise PanewardenError(ErrorCode.PANE_NOT_RUNNING, "the service is stopping")
         pane.pid = hello.child_pid
         pane.record(hello.status)
         self.panes[name] = pane
@@ -384,7 +445,7 @@ class PaneService:
         self, name: str, text: str, submit: bool, expect_turn: int | None
     ) -> tuple[int, int]:
         """Type text (and Enter) unless the pane is blocked; returns (seq, turn)."""
-        pane = self.pane(name)
+        pane = await self.ready_pane(name)
         reply = await self._rpc(
             pane,
             lambda rid: WriteInput(rid=rid, text=text, submit=submit, expect_turn=expect_turn),
@@ -395,7 +456,8 @@ class PaneService:
     async def read_output(self, name: str, lines: int | None, scrollback: bool) -> ScreenText:
         """The pane's screen text (escape-free), optionally with scrollback."""
         reply = await self._rpc(
-            self.pane(name), lambda rid: ReadScreen(rid=rid, lines=lines, scrollback=scrollback)
+            await self.ready_pane(name),
+            lambda rid: ReadScreen(rid=rid, lines=lines, scrollback=scrollback),
         )
         assert isinstance(reply, ScreenText)
         return reply
@@ -404,13 +466,13 @@ class PaneService:
         self, name: str, until: Collection[str], after_seq: int | None, timeout_s: float
     ) -> tuple[PaneStatusFields, bool]:
         """Wait for a status after ``after_seq`` in ``until``; returns (status, timed_out)."""
-        return await wait_for_status(self.pane(name), until, after_seq, timeout_s)
+        return await wait_for_status(await self.ready_pane(name), until, after_seq, timeout_s)
 
     async def wait_any(
         self, targets: Sequence[WaitTarget], until: Collection[str], timeout_s: float
     ) -> tuple[str, PaneStatusFields] | None:
         """The first pane to match; None on timeout. Losing waits are cancelled."""
-        panes = [(t, self.pane(t.name)) for t in targets]
+        panes = [(t, await self.ready_pane(t.name)) for t in targets]
         tasks = {
             asyncio.ensure_future(wait_for_status(p, until, t.after_seq, timeout_s)): t.name
             for t, p in panes
@@ -433,7 +495,7 @@ class PaneService:
         self, name: str, pattern: str, regex: bool, timeout_s: float
     ) -> OutputMatch | None:
         """Wait until ``pattern`` shows on the pane's screen; None on timeout."""
-        pane = self.pane(name)
+        pane = await self.ready_pane(name)
         watch_id = next(self._watch_ids)
         future: asyncio.Future[OutputMatch] = asyncio.get_running_loop().create_future()
         self._watches[watch_id] = future
@@ -459,7 +521,7 @@ class PaneService:
 
     async def interrupt(self, name: str) -> int:
         """Send Ctrl-C to the pane's PTY; returns the seq at that moment."""
-        reply = await self._rpc(self.pane(name), lambda rid: Interrupt(rid=rid))
+        reply = await self._rpc(await self.ready_pane(name), lambda rid: Interrupt(rid=rid))
         assert isinstance(reply, Ok)
         return reply.seq
 
@@ -467,7 +529,7 @@ class PaneService:
         self, name: str, answer: DialogAnswer, expect_turn: int | None
     ) -> tuple[int, int]:
         """Answer the pane's permission dialog with allow_once or deny_once."""
-        pane = self.pane(name)
+        pane = await self.ready_pane(name)
         reply = await self._rpc(
             pane,
             lambda rid: AnswerDialog(rid=rid, answer=answer, expect_turn=expect_turn),
@@ -477,7 +539,7 @@ class PaneService:
 
     async def remove_pane(self, name: str) -> tuple[int | None, int]:
         """Kill the pane's whole process tree and forget it; returns (exit_code, killed)."""
-        pane = self.pane(name)
+        pane = await self.ready_pane(name)
         if pane.closing:
             raise PanewardenError(ErrorCode.NOT_FOUND, f"pane {name!r} is being removed")
         return await self._remove(pane)
@@ -490,12 +552,14 @@ class PaneService:
         try:
             if not handle.dead:
                 closed = await self._close_worker(pane)
-                if closed is None:
+                if closed is not None:
+                    exit_code, killed = closed.exit_code, closed.killed
+                    await self._await_death(handle)
+                elif handle.proven:
                     # No orderly close: the worker and then the leftovers are killed.
                     self.workers.kill(handle)
-                else:
-                    exit_code, killed = closed.exit_code, closed.killed
-                await self._await_death(handle)
+                    await self._await_death(handle)
+                # else: a record named a process that never proved it is ours: left alone.
             killed += len(orphans.kill_recorded(handle.session_id, handle.descendants))
         finally:
             self.panes.pop(pane.name, None)
@@ -509,16 +573,19 @@ class PaneService:
     async def _close_worker(self, pane: Pane) -> Closed | None:
         """Ask the worker to kill its tree and exit; None when it cannot be asked."""
         handle = pane.handle
+        if not handle.ready.done() and not await self.workers.wait_introduced(
+            handle, ADOPTION_WAIT_S
+        ):
+            log.warning("the worker never introduced itself", extra={"pane": pane.name})
+            return None
         try:
-            if not handle.ready.done():
-                # A re-adopted worker that has not re-introduced itself yet will soon.
-                await asyncio.wait_for(asyncio.shield(handle.ready), ADOPTION_WAIT_S)
             reply = await self.workers.request(
                 handle, lambda rid: Close(rid=rid, grace_s=CLOSE_GRACE_S), CLOSE_GRACE_S + 10
             )
-        except (PanewardenError, TimeoutError) as exc:
-            code = exc.code.value if isinstance(exc, PanewardenError) else "timeout"
-            log.warning("close failed (%s); killing the worker", code, extra={"pane": pane.name})
+        except PanewardenError as exc:
+            log.warning(
+                "close failed (%s); killing the worker", exc.code.value, extra={"pane": pane.name}
+            )
             return None
         return reply if isinstance(reply, Closed) else None
 

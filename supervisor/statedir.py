@@ -80,7 +80,10 @@ class SupervisorLock:
             if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
                 raise PanewardenError(
                     ErrorCode.CONFIG_INVALID,
-                    f"another supervisor (pid {holder}) already serves {self.path.parent}",
+                    f"another supervisor (pid {holder}) already serves {self.path.parent}; "
+                    "to share panes between clients, run `panewarden serve --http` once and "
+                    "register `panewarden stdio-proxy` with each client (or give each "
+                    "server its own PANEWARDEN_STATE_DIR)",
                 ) from None
             raise
         os.ftruncate(fd, 0)

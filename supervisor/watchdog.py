@@ -48,8 +48,8 @@ from typing import Protocol
 
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import PaneStatusFields
+from protocol.safe_files import FileReadError, read_regular_file
 from supervisor.panes import Pane
-from supervisor.profile_launch import FileReadError, read_regular_file
 
 log = logging.getLogger(__name__)
 

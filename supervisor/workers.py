@@ -38,6 +38,7 @@ from protocol.messages import (
     Failed,
     Heartbeat,
     Hello,
+    Introduce,
     Ok,
     ScreenText,
     Status,
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 HANDSHAKE_TIMEOUT_S = 20.0
 HEARTBEAT_S = 1.0
 HEARTBEAT_LOSS_S = 15.0
+# How often a re-adopted worker is asked to introduce itself until it does.
+INTRODUCE_RETRY_S = 0.05
 MAX_INLINE_BOOT = 60_000  # stays below a pipe buffer, so the write cannot block
 
 Reply = Ok | Failed | ScreenText | Closed
@@ -74,6 +77,15 @@ class WorkerHandle:
     dead: bool = False
     died: asyncio.Event = field(default_factory=asyncio.Event)
     exit_code: int | None = None
+
+    # Set when a Hello proved the secret (this supervisor's spawn, or a re-adoption).
+    introduced: bool = False
+
+    @property
+    def proven(self) -> bool:
+        """True once this process is known to be our worker: we spawned it, or its Hello
+        proved the secret. Only a proven worker is ever signalled."""
+        return self.proc is not None or self.introduced
 
 
 EventSink = Callable[[WorkerHandle, ToSupervisor], None]
@@ -220,6 +232,25 @@ class WorkerManager:
                 ErrorCode.SPAWN_FAILED, "the pane worker did not start in time"
             ) from None
 
+    async def wait_introduced(self, handle: WorkerHandle, timeout_s: float) -> bool:
+        """Wait (bounded) for a re-adopted worker's Hello, prompting it to send one.
+
+        Returns True once it proved itself; False on timeout or death. Never kills.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not handle.ready.done() and not handle.dead:
+            # Sent again until it arrives: the ROUTER drops frames for a peer that has
+            # not reconnected yet, and workers reconnect within 100 ms.
+            self.send(handle, Introduce())
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.shield(handle.ready), min(INTRODUCE_RETRY_S, remaining)
+                )
+        return handle.proven and not handle.dead
+
     def adopt(
         self, pane: str, instance: str, pid: int, start_ticks: int, secret_hash: bytes
     ) -> WorkerHandle | None:
@@ -250,7 +281,16 @@ class WorkerManager:
         return handle
 
     def kill(self, handle: WorkerHandle) -> None:
-        """SIGKILL a worker (its pidfd then reports the death)."""
+        """SIGKILL a worker (its pidfd then reports the death); never an unproven one.
+
+        A re-adopted record names a pid and start time anyone able to write the state
+        dir could forge: until its Hello proves the secret, the process is not ours.
+        """
+        if not handle.proven:
+            log.warning(
+                "not signalling unproven process %d", handle.pid, extra={"pane": handle.pane}
+            )
+            return
         if not handle.dead:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(handle.pidfd, signal.SIGKILL)
@@ -260,9 +300,17 @@ class WorkerManager:
     async def request(
         self, handle: WorkerHandle, make: Callable[[int], ToWorker], timeout_s: float
     ) -> Reply:
-        """Send a request and await its reply; raises worker_lost or timeout."""
-        if handle.dead or not handle.ready.done():
+        """Send a request and await its reply; raises worker_lost or timeout.
+
+        A worker that has not introduced itself yet (re-adopted after a restart) is
+        waited for, within the same ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        if not handle.ready.done() and not handle.dead:
+            await self.wait_introduced(handle, timeout_s)
+        if handle.dead or not handle.proven:
             raise PanewardenError(ErrorCode.WORKER_LOST, "the pane's worker is gone")
+        timeout_s = max(0.0, deadline - time.monotonic())
         rid = next(self._rids)
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         handle.pending[rid] = future
@@ -334,6 +382,7 @@ class WorkerManager:
             log.error("refused a hello from pid %s", peer_pid, extra={"pane": handle.pane})
             return
         handle.last_rx = time.monotonic()
+        handle.introduced = True
         handle.session_id = hello.child_pid
         if not handle.ready.done():
             handle.ready.set_result(hello)
