@@ -1,7 +1,7 @@
 """Screen status rules: an agent's state read off its screen, from versioned data files.
 
 A pane whose program sends no OSC 7501 root record gets its agent state from the
-screen (design §4). The rules for each agent kind are data, not code:
+screen (docs/design.md §4). The rules for each agent kind are data, not code:
 ``paneworker/rules/<agent>.json`` (bundled), optionally replaced by an operator's
 file of the same name in an override directory when that file's ``version`` is
 newer than or equal to the bundled one.

@@ -1,4 +1,4 @@
-"""Stable error codes (design §9) and the one exception type that carries them.
+"""Stable error codes (docs/design.md §9) and the one exception type that carries them.
 
 Codes are contracts: clients branch on them. Add new ones when needed; never reuse
 or rename one.

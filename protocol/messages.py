@@ -11,6 +11,8 @@ from typing import Literal
 
 import msgspec
 
+from protocol.timing import KILL_GRACE_S
+
 Lifecycle = Literal["starting", "running", "exited", "lost"]
 AgentState = Literal["unknown", "idle", "working", "blocked", "done", "error", "cancelled"]
 BlockedKind = Literal["permission", "question", "auth"]
@@ -106,7 +108,7 @@ class Close(_Msg, tag="close"):
     rid: int
     expected_seq: int | None = None
     capture_lines: int | None = None
-    grace_s: float = 2.0
+    grace_s: float = KILL_GRACE_S
 
 
 ToWorker = (

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from protocol.errors import ErrorCode, PanewardenError
+from protocol.timing import DEFAULT_HEARTBEAT_LOSS_S, DEFAULT_ORPHAN_GRACE_S
 
-DEFAULT_ORPHAN_GRACE_S = 120.0
-DEFAULT_HEARTBEAT_LOSS_S = 15.0
 DEFAULT_WATCHDOG_PERIOD_S = 5.0
 
 

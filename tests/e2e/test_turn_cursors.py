@@ -27,7 +27,7 @@ async def test_start_up_activity_is_no_turn_and_the_first_prompt_is_turn_1(
     state_dir: Path, tmp_path: Path
 ) -> None:
     marks = Marks(tmp_path, count=1)
-    argv = [sys.executable, "-m", "supervisor.demo_agent", "--startup-blip"]
+    argv = [sys.executable, "-m", "supervisor.demo.agent", "--startup-blip"]
     env = marks.env(marks.profiles_file(argv=argv))
     async with Client(stdio_params(state_dir, **env)) as client:
         tools = Tools(client)

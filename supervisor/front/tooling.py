@@ -1,0 +1,163 @@
+"""The plumbing every MCP tool shares: contract, validation, scope, audit, errors.
+
+A tool is a ``ToolSpec``: its name, description, scope, argument Struct, result
+TypedDict, annotations and the coroutine that runs it. ``make_tool`` turns a spec into
+an SDK ``Tool`` whose input schema comes from the Struct (``additionalProperties:
+false``) and whose output schema comes from the TypedDict. A call is validated,
+authorised (scope), run and, if it mutates, audited (content-free). Failures are tool
+results with ``isError`` whose text is exactly ``{"code": ..., "message": ...}``.
+"""
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import msgspec
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.tools import Tool
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+
+from protocol.errors import ErrorCode, PanewardenError
+from supervisor.auth.access import Access, Caller, check_scope
+from supervisor.front.arguments import CLIENT_INJECTED_ARGS, input_schema
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EVERY_S = 5.0
+
+Handler = Callable[[Any, Context], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool: its contract and the coroutine that runs it."""
+
+    name: str
+    description: str
+    scope: str
+    args: type[msgspec.Struct]
+    result: type
+    handler: Handler
+    read_only: bool = False
+    destructive: bool = False
+    idempotent: bool = False
+
+
+def error_result(code: ErrorCode, message: str) -> CallToolResult:
+    """A tool error whose text is exactly the JSON error object."""
+    body = json.dumps({"code": code.value, "message": message})
+    return CallToolResult(content=[TextContent(type="text", text=body)], is_error=True)
+
+
+async def with_progress(ctx: Context, work: Awaitable[Any], timeout_s: float) -> Any:
+    """Await ``work``, sending a progress notification every few seconds."""
+    task = asyncio.ensure_future(work)
+    started = time.monotonic()
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=PROGRESS_EVERY_S)
+            if done:
+                return task.result()
+            elapsed = time.monotonic() - started
+            await ctx.report_progress(min(elapsed, timeout_s), timeout_s, "waiting")
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def _raw_arguments(ctx: Context) -> Any:
+    params = ctx.request_context.params or {}
+    args = params.get("arguments") or {}
+    if isinstance(args, dict) and not CLIENT_INJECTED_ARGS.isdisjoint(args):
+        args = {k: v for k, v in args.items() if k not in CLIENT_INJECTED_ARGS}
+    return args
+
+
+def make_tool(spec: ToolSpec, access: Access) -> Tool:
+    """The SDK tool that validates, authorises, runs and audits ``spec``."""
+
+    async def call(ctx: Context) -> CallToolResult:
+        caller: Caller | None = None
+        pane: str | None = None
+        try:
+            caller = access.identify()
+            check_scope(caller, spec.scope)
+            try:
+                args = msgspec.convert(_raw_arguments(ctx), spec.args)
+            except msgspec.ValidationError as exc:
+                raise PanewardenError(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
+            pane = getattr(args, "name", None)
+            result = await spec.handler(args, ctx)
+        except PanewardenError as exc:
+            _audit(access, spec, caller, pane, "error", exc.code.value)
+            return error_result(exc.code, exc.message)
+        except Exception:
+            log.exception("tool failed", extra={"tool": spec.name, "pane": pane})
+            _audit(access, spec, caller, pane, "error", ErrorCode.INTERNAL.value)
+            return error_result(ErrorCode.INTERNAL, "internal error; see the service log")
+        _audit(access, spec, caller, pane, "ok", None)
+        text = json.dumps(result)
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)], structured_content=result
+        )
+
+    call.__annotations__ = {"ctx": Context, "return": Annotated[CallToolResult, spec.result]}
+    tool = Tool.from_function(
+        call,
+        name=spec.name,
+        description=spec.description,
+        annotations=ToolAnnotations(
+            read_only_hint=spec.read_only,
+            destructive_hint=spec.destructive,
+            idempotent_hint=spec.idempotent,
+            open_world_hint=False,
+        ),
+        structured_output=True,
+    )
+    tool.parameters = input_schema(spec.args)
+    return tool
+
+
+def _audit(
+    access: Access,
+    spec: ToolSpec,
+    caller: Caller | None,
+    pane: str | None,
+    outcome: str,
+    code: str | None,
+) -> None:
+    """Log every call (content-free, stable keys) and audit the mutating ones."""
+    level = logging.DEBUG if spec.read_only and code is None else logging.INFO
+    log.log(
+        level,
+        "tool call %s",
+        outcome,
+        extra={
+            "client": caller.name if caller else None,
+            "tool": spec.name,
+            "pane": pane,
+            "code": code,
+        },
+    )
+    if spec.read_only or caller is None:
+        return
+    access.audit(caller, spec.name, pane, outcome, code)
+
+
+def unknown_tool_guard(names: frozenset[str]) -> Any:
+    """Middleware: a call to a tool that does not exist gets the JSON error object too."""
+
+    async def guard(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method == "tools/call" and ctx.request_id is not None:
+            name = (ctx.params or {}).get("name")
+            if isinstance(name, str) and name not in names:
+                return error_result(ErrorCode.NOT_FOUND, f"no tool named {name[:64]!r}")
+        return await call_next(ctx)
+
+    return guard
