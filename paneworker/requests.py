@@ -129,6 +129,12 @@ class RequestHandler:
     def _read_screen(self, msg: ReadScreen) -> None:
         screen = self.w.screen
         status = screen.status
+        if msg.expected_seq is not None and msg.expected_seq != status.seq:
+            # A capture bound to a cursor: the pane moved on, its screen is another's.
+            raise PanewardenError(
+                ErrorCode.CURSOR_MISMATCH,
+                f"the pane's seq is {status.seq}, not {msg.expected_seq}; nothing was read",
+            )
         self.io.send(
             ScreenText(
                 rid=msg.rid,

@@ -39,6 +39,8 @@ class ErrorCode(StrEnum):
     SCOPE_CONFLICT = "scope_conflict"
     SANDBOX_UNAVAILABLE = "sandbox_unavailable"
     STORE_BUSY = "store_busy"
+    IDENTITY_CHANGED = "identity_changed"
+    PANE_BUSY = "pane_busy"
     CONFIG_INVALID = "config_invalid"
     INTERNAL = "internal"
 

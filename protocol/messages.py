@@ -71,9 +71,12 @@ class Interrupt(_Msg, tag="interrupt"):
 
 
 class ReadScreen(_Msg, tag="read_screen"):
+    """The screen's text; with ``expected_seq``, only while the pane is at that seq."""
+
     rid: int
     lines: int | None = None
     scrollback: bool = False
+    expected_seq: int | None = None
 
 
 class AnswerDialog(_Msg, tag="answer_dialog"):

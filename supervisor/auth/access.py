@@ -19,10 +19,19 @@ SCOPES: frozenset[str] = frozenset({"read", "input", "dialog", "lifecycle", "con
 
 @dataclass(frozen=True)
 class Caller:
-    """An authenticated caller: a client name and its scopes."""
+    """An authenticated caller: a client name, its scopes, and how it reached us."""
 
     name: str
     scopes: frozenset[str]
+    # "http" (a named client or the token file's operator), "stdio", or "pane" (ctl).
+    transport: str = "http"
+    # The tool groups the operator lets this client see and call (None: every group).
+    tool_groups: frozenset[str] | None = None
+
+    @property
+    def identity(self) -> str:
+        """Who holds a controller lease: ``<transport>:<name>``, e.g. ``http:alice``."""
+        return f"{self.transport}:{self.name}"
 
 
 class Access(Protocol):
@@ -42,8 +51,8 @@ class Access(Protocol):
 class SingleClientAccess:
     """One client with every scope (stdio, or the single-token HTTP mode)."""
 
-    def __init__(self, name: str = "stdio") -> None:
-        self._caller = Caller(name, SCOPES)
+    def __init__(self, name: str = "stdio", transport: str = "stdio") -> None:
+        self._caller = Caller(name, SCOPES, transport)
 
     def identify(self) -> Caller:
         """The single client, holding every scope."""
@@ -53,6 +62,23 @@ class SingleClientAccess:
         self, caller: Caller, tool: str, pane: str | None, outcome: str, code: str | None
     ) -> None:
         """No audit file in this mode."""
+
+
+TOOL_GROUPS: frozenset[str] = frozenset({"panes", "coordination", "lanes"})
+
+
+def visible(caller: Caller, scope: str, group: str) -> bool:
+    """True when ``caller`` may see (and call) a tool of ``scope`` in ``group``."""
+    return scope in caller.scopes and (caller.tool_groups is None or group in caller.tool_groups)
+
+
+def check_group(caller: Caller, group: str) -> Caller:
+    """Return ``caller`` if the operator lets it use tool ``group``; forbidden otherwise."""
+    if caller.tool_groups is not None and group not in caller.tool_groups:
+        raise PanewardenError(
+            ErrorCode.FORBIDDEN, f"client {caller.name!r} is not given the {group!r} tools"
+        )
+    return caller
 
 
 def check_scope(caller: Caller, scope: str) -> Caller:

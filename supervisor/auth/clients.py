@@ -27,7 +27,7 @@ import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.safe_files import FileReadError, read_regular_file
-from supervisor.auth.access import SCOPES, Caller
+from supervisor.auth.access import SCOPES, TOOL_GROUPS, Caller
 from supervisor.config import ServiceConfig
 
 OPERATOR = "operator"
@@ -43,6 +43,8 @@ class ClientEntry(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     name: str
     token_sha256: str
     scopes: list[str]
+    # The tool groups this client sees and may call; absent: every group.
+    tool_groups: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,16 @@ def _entry_caller(index: int, entry: ClientEntry) -> tuple[bytes, Caller]:
         raise _config_error(f"{where}.scopes must name at least one scope")
     if len(set(entry.scopes)) != len(entry.scopes):
         raise _config_error(f"{where}.scopes lists a scope twice")
-    return bytes.fromhex(digest_hex), Caller(entry.name, frozenset(entry.scopes))
+    groups: frozenset[str] | None = None
+    if entry.tool_groups is not None:
+        unknown = sorted(set(entry.tool_groups) - TOOL_GROUPS)
+        if unknown or not entry.tool_groups:
+            raise _config_error(
+                f"{where}.tool_groups must name one or more of {', '.join(sorted(TOOL_GROUPS))}"
+            )
+        groups = frozenset(entry.tool_groups)
+    caller = Caller(entry.name, frozenset(entry.scopes), tool_groups=groups)
+    return bytes.fromhex(digest_hex), caller
 
 
 def parse_clients(data: bytes) -> list[tuple[bytes, Caller]]:

@@ -42,8 +42,7 @@ from supervisor.auth.http_access import ClientTokenVerifier, HttpAccess, HttpGat
 from supervisor.config import ServiceConfig
 from supervisor.front.http_client import service_url_path
 from supervisor.front.mcp_server import build_server
-from supervisor.front.runtime import running_service, serve_until_signalled
-from supervisor.panes.service import PaneService
+from supervisor.front.runtime import Services, running_service, serve_until_signalled
 from supervisor.store.statedir import atomic_write, ensure_private_dir
 
 log = logging.getLogger(__name__)
@@ -183,7 +182,7 @@ def _listen(address: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -
 
 
 def _http_app(
-    service: PaneService,
+    services: Services,
     gate: HttpGate,
     address: ipaddress.IPv4Address | ipaddress.IPv6Address,
     port: int,
@@ -191,7 +190,7 @@ def _http_app(
 ) -> ASGIApp:
     """The SDK's streamable HTTP app with bearer auth, behind the Host/Origin gate."""
     server = build_server(
-        service,
+        services,
         HttpAccess(gate),
         token_verifier=ClientTokenVerifier(gate),
         # The SDK requires AuthSettings with a verifier; this service is its own issuer
@@ -234,11 +233,12 @@ async def serve_http(
 ) -> None:
     """Serve until SIGTERM/SIGINT; SIGHUP reloads profiles, clients and the audit file."""
     extra_hosts = parse_allowed_hosts(config.allowed_hosts)
-    async with running_service(config, keep_panes=keep_panes) as service:
+    async with running_service(config, keep_panes=keep_panes) as services:
+        service = services.panes
         sock = _listen(address, port)
         try:
             bound_port = int(sock.getsockname()[1])
-            uv = _uvicorn(_http_app(service, gate, address, bound_port, extra_hosts))
+            uv = _uvicorn(_http_app(services, gate, address, bound_port, extra_hosts))
             url = f"http://{_authority(address, bound_port)}{MCP_PATH}"
             url_file = service_url_path(config.state_dir)
             ensure_private_dir(url_file.parent)

@@ -105,6 +105,12 @@ class PaneStatusResult(TypedDict):
     exit_code: int | None
 
 
+class LeaseInfo(TypedDict):
+    lease_id: str
+    lease_type: Literal["reviewer", "writer", "adopted"]
+    controller_id: str
+
+
 class PaneInfoResult(PaneStatusResult):
     profile: str
     agent: str
@@ -112,7 +118,7 @@ class PaneInfoResult(PaneStatusResult):
     pid: int | None
     worker_pid: int
     started_at: str
-    lease: str | None
+    lease: LeaseInfo | None
 
 
 class StartPaneResult(TypedDict):

@@ -37,7 +37,13 @@ def pane_info(pane: Pane) -> dict[str, Any]:
         "pid": pane.pid,
         "worker_pid": pane.handle.pid,
         "started_at": datetime.fromtimestamp(pane.started_at, UTC).isoformat(),
-        "lease": pane.lease,
+        "lease": None
+        if pane.lease is None
+        else {
+            "lease_id": pane.lease.lease_id,
+            "lease_type": pane.lease.lease_type,
+            "controller_id": pane.lease.controller_id,
+        },
     }
 
 
@@ -134,7 +140,6 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
         exit_code, killed = await service.lifecycle.remove_pane(a.name)
         return {"exit_code": exit_code, "killed": killed}
 
-    ro = {"read_only": True, "idempotent": True}
     return [
         ToolSpec(
             "start_pane",
@@ -162,7 +167,8 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
             ts.ReadOutputArgs,
             ts.ReadOutputResult,
             read_output,
-            **ro,
+            read_only=True,
+            idempotent=True,
         ),
         ToolSpec(
             "get_status",
@@ -171,7 +177,8 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
             ts.NameArgs,
             ts.PaneStatusResult,
             get_status,
-            **ro,
+            read_only=True,
+            idempotent=True,
         ),
         ToolSpec(
             "wait_status",
@@ -181,7 +188,8 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
             ts.WaitStatusArgs,
             ts.WaitStatusResult,
             wait_status,
-            **ro,
+            read_only=True,
+            idempotent=True,
         ),
         ToolSpec(
             "wait_any",
@@ -191,7 +199,8 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
             ts.WaitAnyArgs,
             ts.WaitAnyResult,
             wait_any,
-            **ro,
+            read_only=True,
+            idempotent=True,
         ),
         ToolSpec(
             "wait_output",
@@ -201,7 +210,8 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
             ts.WaitOutputArgs,
             ts.WaitOutputResult,
             wait_output,
-            **ro,
+            read_only=True,
+            idempotent=True,
         ),
         ToolSpec(
             "list_panes",
@@ -210,7 +220,8 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
             ts.EmptyArgs,
             ts.ListPanesResult,
             list_panes,
-            **ro,
+            read_only=True,
+            idempotent=True,
         ),
         ToolSpec(
             "interrupt_pane",

@@ -14,9 +14,12 @@ import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 from protocol.errors import PanewardenError
 from supervisor.config import ServiceConfig
+from supervisor.control.service import ControlService
+from supervisor.lanes.service import LaneService
 from supervisor.panes.service import PaneService, demo_argv
 from supervisor.profiles.policy import ProfileSet, load_profiles
 from supervisor.store.statedir import (
@@ -36,11 +39,20 @@ def load_policy(config: ServiceConfig) -> ProfileSet:
     return load_profiles(config.profiles_path, demo_argv=demo_argv())
 
 
+@dataclass(frozen=True)
+class Services:
+    """The running service's cores: the panes, and the authority over them."""
+
+    panes: PaneService
+    control: ControlService
+    lanes: LaneService
+
+
 @asynccontextmanager
 async def running_service(
     config: ServiceConfig, keep_panes: bool = False
-) -> AsyncIterator[PaneService]:
-    """Lock the state dir, start a ``PaneService`` and stop it on exit."""
+) -> AsyncIterator[Services]:
+    """Lock the state dir, start the pane and control cores, and stop them on exit."""
     state = ensure_private_dir(config.state_dir)
     lock = SupervisorLock(state)
     lock.acquire()
@@ -56,8 +68,10 @@ async def running_service(
             config, profiles, f"ipc://{sock_path}", watchdog_period_s=config.watchdog_period_s
         )
         await service.start()
+        control = ControlService(config, service)
+        control.start()
         try:
-            yield service
+            yield Services(service, control, LaneService(control))
         finally:
             try:
                 await service.stop(keep_panes=keep_panes)

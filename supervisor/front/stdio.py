@@ -23,9 +23,11 @@ async def serve_stdio(config: ServiceConfig, keep_panes: bool) -> None:
     relay = StdinRelay()
     relay.install()
     try:
-        async with running_service(config, keep_panes=keep_panes) as service:
-            server = build_server(service, SingleClientAccess("stdio"))
-            await serve_until_signalled(service, config, server.run_stdio_async, on_stop=relay.end)
+        async with running_service(config, keep_panes=keep_panes) as services:
+            server = build_server(services, SingleClientAccess("stdio", transport="stdio"))
+            await serve_until_signalled(
+                services.panes, config, server.run_stdio_async, on_stop=relay.end
+            )
     finally:
         relay.end()
 

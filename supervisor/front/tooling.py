@@ -9,6 +9,7 @@ results with ``isError`` whose text is exactly ``{"code": ..., "message": ...}``
 """
 
 import asyncio
+import contextvars
 import json
 import logging
 import time
@@ -20,13 +21,27 @@ import msgspec
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.tools import Tool
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, ListToolsResult, TextContent, ToolAnnotations
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.auth.access import Access, Caller, check_scope
+from supervisor.auth.access import Access, Caller, check_group, check_scope, visible
 from supervisor.front.arguments import CLIENT_INJECTED_ARGS, input_schema
 
 log = logging.getLogger(__name__)
+
+# The caller of the tool call being run (set by make_tool around the handler).
+_CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(
+    "panewarden_caller", default=None
+)
+
+
+def caller_identity() -> str:
+    """The identity of the caller of the tool call being run (``http:alice``, …)."""
+    caller = _CALLER.get()
+    if caller is None:
+        raise RuntimeError("caller_identity() outside a tool call")
+    return caller.identity
+
 
 PROGRESS_EVERY_S = 5.0
 
@@ -46,6 +61,8 @@ class ToolSpec:
     read_only: bool = False
     destructive: bool = False
     idempotent: bool = False
+    # Which tool group lists it: "panes", "coordination" or "lanes".
+    group: str = "panes"
 
 
 def error_result(code: ErrorCode, message: str) -> CallToolResult:
@@ -88,12 +105,17 @@ def make_tool(spec: ToolSpec, access: Access) -> Tool:
         try:
             caller = access.identify()
             check_scope(caller, spec.scope)
+            check_group(caller, spec.group)
             try:
                 args = msgspec.convert(_raw_arguments(ctx), spec.args)
             except msgspec.ValidationError as exc:
                 raise PanewardenError(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
             pane = getattr(args, "name", None)
-            result = await spec.handler(args, ctx)
+            token = _CALLER.set(caller)
+            try:
+                result = await spec.handler(args, ctx)
+            finally:
+                _CALLER.reset(token)
         except PanewardenError as exc:
             _audit(access, spec, caller, pane, "error", exc.code.value)
             return error_result(exc.code, exc.message)
@@ -161,3 +183,26 @@ def unknown_tool_guard(names: frozenset[str]) -> Any:
         return await call_next(ctx)
 
     return guard
+
+
+def tool_list_filter(specs: list[ToolSpec], access: Access) -> Any:
+    """Middleware: ``tools/list`` shows only the tools the caller may call (its scopes and
+    the tool groups the operator gave it), which keeps the list cheap for the model."""
+    allowed = {spec.name: (spec.scope, spec.group) for spec in specs}
+
+    async def narrow(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        result = await call_next(ctx)
+        if ctx.method != "tools/list" or not isinstance(result, ListToolsResult):
+            return result
+        try:
+            caller = access.identify()
+        except PanewardenError:
+            return result
+        result.tools = [
+            tool
+            for tool in result.tools
+            if tool.name not in allowed or visible(caller, *allowed[tool.name])
+        ]
+        return result
+
+    return narrow

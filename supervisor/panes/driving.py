@@ -62,14 +62,25 @@ class PaneDriver:
             raise PanewardenError(ErrorCode.WORKER_LOST, f"pane {pane.name!r} is lost")
         reply = await self._workers.request(pane.handle, make, timeout_s)
         if isinstance(reply, Failed):
-            raise PanewardenError(_code(reply.code), reply.message)
+            raise PanewardenError(error_code(reply.code), reply.message)
         return reply
 
     async def send_input(
-        self, name: str, text: str, submit: bool, expect_turn: int | None
+        self,
+        name: str,
+        text: str,
+        submit: bool,
+        expect_turn: int | None,
+        *,
+        through_lease: bool = False,
     ) -> tuple[int, int]:
-        """Type text (and Enter) unless the pane is blocked; returns (cursor, turn)."""
+        """Type text (and Enter) unless the pane is blocked; returns (cursor, turn).
+
+        A leased pane takes input only through its lease (``through_lease``: relay).
+        """
         pane = await self._registry.ready(name)
+        if not through_lease:
+            refuse_leased(pane, "send_input")
         reply = await self.rpc(
             pane,
             lambda rid: WriteInput(rid=rid, text=text, submit=submit, expect_turn=expect_turn),
@@ -171,7 +182,18 @@ class PaneDriver:
             future.set_result(match)
 
 
-def _code(raw: str) -> ErrorCode:
+def refuse_leased(pane: Pane, tool: str) -> None:
+    """``pane_leased`` for a plain call on a pane driven through a lease."""
+    if pane.lease is not None:
+        raise PanewardenError(
+            ErrorCode.PANE_LEASED,
+            f"pane {pane.name!r} has a {pane.lease.lease_type} lease; {tool} is refused: "
+            "drive it through its lease (relay, handoff) and close it with the lease",
+        )
+
+
+def error_code(raw: str) -> ErrorCode:
+    """The error code a worker named (``internal`` for one this side does not know)."""
     try:
         return ErrorCode(raw)
     except ValueError:

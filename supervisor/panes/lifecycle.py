@@ -17,12 +17,13 @@ import time
 from collections.abc import Callable
 
 from protocol.errors import ErrorCode, PanewardenError
-from protocol.messages import Close, Closed
+from protocol.messages import Close, Closed, Failed
 from protocol.names import NAME_RULE, is_valid_name
 from protocol.timing import KILL_GRACE_S
 from supervisor.config import ServiceConfig
 from supervisor.panes import orphans
-from supervisor.panes.pane import Pane
+from supervisor.panes.driving import error_code, refuse_leased
+from supervisor.panes.pane import LeaseTag, Pane
 from supervisor.panes.records import RECORD_VERSION, PaneRecord, PaneRecords
 from supervisor.panes.registry import ADOPTION_WAIT_S, PaneRegistry
 from supervisor.panes.workers import WorkerHandle, WorkerManager
@@ -71,8 +72,15 @@ class PaneLifecycle:
         argv: list[str] | None = None,
         cols: int | None = None,
         rows: int | None = None,
+        lease: LeaseTag | None = None,
+        on_spawn: Callable[[str], None] | None = None,
     ) -> Pane:
-        """Start a pane under a launch profile; returns it once its worker is ready."""
+        """Start a pane under a launch profile; returns it once its worker is ready.
+
+        ``lease`` tags the pane from its first moment; ``on_spawn`` hears the worker's
+        instance id as soon as the worker exists (before it is ready), so a lease can
+        record which pane is its own before the pane is ever visible.
+        """
         if not is_valid_name(name):
             raise PanewardenError(ErrorCode.INVALID_ARGUMENT, f"pane {NAME_RULE}")
         if self.is_stopping():
@@ -112,8 +120,11 @@ class PaneLifecycle:
                 handle=handle,
                 started_at=time.time(),
                 watchdog=spec.watchdog,
+                lease=lease,
             )
             self._registry.track(pane)
+            if on_spawn is not None:
+                on_spawn(handle.instance)
             try:
                 hello = await self._workers.wait_ready(handle)
             except BaseException:
@@ -137,6 +148,10 @@ class PaneLifecycle:
                 ErrorCode.SPAWN_FAILED, f"cannot start {spec.argv[0]!r}: {hello.spawn_error}"
             )
         return pane
+
+    def agent_of(self, profile: str) -> str:
+        """The agent kind of a launch profile; raises profile_not_found."""
+        return self._profiles().get(profile).agent
 
     def _rules_dir(self) -> str | None:
         """Screen-rule overrides live in ``rules/`` beside the profiles file."""
@@ -249,6 +264,7 @@ class PaneLifecycle:
         pane = await self._registry.ready(name)
         if pane.closing:
             raise PanewardenError(ErrorCode.NOT_FOUND, f"pane {name!r} is being removed")
+        refuse_leased(pane, "remove_pane")
         return await self.remove(pane)
 
     async def remove(self, pane: Pane) -> tuple[int | None, int]:
@@ -275,6 +291,45 @@ class PaneLifecycle:
             self._workers.forget(handle)
         log.info("pane removed", extra={"pane": pane.name, "worker_pid": handle.pid})
         return exit_code, killed
+
+    async def close_at(
+        self, pane: Pane, expected_seq: int, capture_lines: int
+    ) -> tuple[Closed, int]:
+        """Capture and close ``pane`` in one worker step, only if it is still at
+        ``expected_seq``; returns (the worker's Closed, processes killed in all).
+
+        Raises:
+            PanewardenError: ``cursor_mismatch`` (the pane moved: it is left untouched),
+                ``worker_lost``, ``timeout``.
+        """
+        if pane.closing:
+            raise PanewardenError(ErrorCode.NOT_FOUND, f"pane {pane.name!r} is being removed")
+        handle = pane.handle
+        reply = await self._workers.request(
+            handle,
+            lambda rid: Close(
+                rid=rid,
+                expected_seq=expected_seq,
+                capture_lines=capture_lines,
+                grace_s=KILL_GRACE_S,
+            ),
+            KILL_GRACE_S + 10,
+        )
+        if isinstance(reply, Failed):
+            raise PanewardenError(error_code(reply.code), reply.message)
+        assert isinstance(reply, Closed)
+        pane.closing = True
+        try:
+            await self._await_death(handle)
+            killed = reply.killed + len(
+                orphans.kill_recorded(handle.session_id, handle.descendants)
+            )
+        finally:
+            self._registry.drop(pane)
+            self._records.delete(pane.name)
+            self._workers.forget(handle)
+        log.info("pane closed at seq %d", expected_seq, extra={"pane": pane.name})
+        return reply, killed
 
     async def _close_worker(self, pane: Pane) -> Closed | None:
         """Ask the worker to kill its tree and exit; None when it cannot be asked."""

@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Literal
 
 from protocol.messages import PaneStatusFields
 from supervisor.panes.workers import WorkerHandle
@@ -28,6 +29,18 @@ SETTLED: frozenset[str] = frozenset(
     {"idle", "done", "blocked", "error", "cancelled", "exited", "lost"}
 )
 TERMINAL_LIFECYCLES: frozenset[str] = frozenset({"exited", "lost"})
+
+
+PaneLeaseType = Literal["reviewer", "writer", "adopted"]
+
+
+@dataclass(frozen=True)
+class LeaseTag:
+    """The lease a pane is driven through (reviewer, writer or adopted)."""
+
+    lease_id: str
+    lease_type: PaneLeaseType
+    controller_id: str
 
 
 @dataclass
@@ -50,7 +63,7 @@ class Pane:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     removed: bool = False
     closing: bool = False
-    lease: str | None = None
+    lease: LeaseTag | None = None
     watchdog: WatchdogConfig | None = None
 
     def observe(self, status: PaneStatusFields) -> None:

@@ -28,8 +28,9 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 async def inproc(state_dir: Path) -> AsyncIterator[tuple[Tools, PaneService]]:
     config = load_config(service_env(state_dir))
-    async with running_service(config) as service:
-        server = build_server(service, SingleClientAccess("test"))
+    async with running_service(config) as services:
+        service = services.panes
+        server = build_server(services, SingleClientAccess("test"))
         async with Client(server) as client:
             yield Tools(client), service
 

@@ -144,7 +144,8 @@ async def harness(
         PANEWARDEN_WATCHDOG_PERIOD_S="3600",
     )
     clock = FakeClock()
-    async with running_service(load_config(env)) as service:
+    async with running_service(load_config(env)) as services:
+        service = services.panes
         dog = Watchdog(service.registry, service.driver, period_s=0.05, clock=clock)
         dog.start()
         try:
@@ -296,7 +297,8 @@ async def test_the_service_runs_its_watchdog_at_the_configured_period(
     state.mkdir(mode=0o700)
     config = load_config(service_env(state, PANEWARDEN_WATCHDOG_PERIOD_S="0.05"))
     assert config.watchdog_period_s == 0.05
-    async with running_service(config) as service:
+    async with running_service(config) as services:
+        service = services.panes
         assert service.watchdog.period_s == 0.05
         async with asyncio.timeout(DEADLINE_S):
             await service.watchdog.wait_passes(3)
