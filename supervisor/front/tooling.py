@@ -143,6 +143,8 @@ def make_tool(spec: ToolSpec, access: Access) -> Tool:
         structured_output=True,
     )
     tool.parameters = input_schema(spec.args)
+    if tool.fn_metadata.output_schema is not None:
+        tool.fn_metadata.output_schema = without_titles(tool.fn_metadata.output_schema)
     return tool
 
 
@@ -183,6 +185,25 @@ def unknown_tool_guard(names: frozenset[str]) -> Any:
         return await call_next(ctx)
 
     return guard
+
+
+def without_titles(schema: Any) -> Any:
+    """A JSON schema without its ``title`` annotations (pydantic adds one per property):
+    the tool list every client sends to its model shrinks, the validation does not change.
+    """
+    if isinstance(schema, list):
+        return [without_titles(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            out[key] = {name: without_titles(sub) for name, sub in value.items()}
+        else:
+            out[key] = without_titles(value)
+    return out
 
 
 def tool_list_filter(specs: list[ToolSpec], access: Access) -> Any:
