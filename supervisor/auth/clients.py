@@ -83,6 +83,10 @@ class ClientTable:
         """The client names, in file order (``operator`` first when present)."""
         return [e.caller.name for e in self._entries]
 
+    def caller(self, name: str) -> Caller | None:
+        """The client called ``name``, or None."""
+        return next((e.caller for e in self._entries if e.caller.name == name), None)
+
     def lookup(self, token: str) -> Caller | None:
         """The caller whose token is ``token``, or None; constant time per entry."""
         presented = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()

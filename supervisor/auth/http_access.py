@@ -108,7 +108,12 @@ class HttpAccess:
         token = get_access_token()
         if token is None:
             raise PanewardenError(ErrorCode.FORBIDDEN, "the request is not authenticated")
-        return Caller(token.client_id, frozenset(token.scopes))
+        # The current table's entry, with its tool groups; the token's scopes decide if
+        # a reload removed the client between the bearer check and this call.
+        caller = self._gate.table.caller(token.client_id)
+        if caller is None:
+            return Caller(token.client_id, frozenset(token.scopes))
+        return caller
 
     def audit(
         self, caller: Caller, tool: str, pane: str | None, outcome: str, code: str | None

@@ -213,17 +213,27 @@ def tool_list_filter(specs: list[ToolSpec], access: Access) -> Any:
 
     async def narrow(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         result = await call_next(ctx)
-        if ctx.method != "tools/list" or not isinstance(result, ListToolsResult):
+        if ctx.method != "tools/list":
             return result
         try:
             caller = access.identify()
         except PanewardenError:
             return result
-        result.tools = [
-            tool
-            for tool in result.tools
-            if tool.name not in allowed or visible(caller, *allowed[tool.name])
-        ]
+
+        def shown(name: object) -> bool:
+            return (
+                not isinstance(name, str) or name not in allowed or visible(caller, *allowed[name])
+            )
+
+        # The SDK hands the result on as a model or already as its JSON-ready dict.
+        if isinstance(result, ListToolsResult):
+            result.tools = [tool for tool in result.tools if shown(tool.name)]
+        elif isinstance(result, dict) and isinstance(result.get("tools"), list):
+            result["tools"] = [
+                tool
+                for tool in result["tools"]
+                if not isinstance(tool, dict) or shown(tool.get("name"))
+            ]
         return result
 
     return narrow
