@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 import pytest
 from mcp import Client
 
 from supervisor.control.attestation import PaneAnchor, ProcessKey, match_ancestry
 from supervisor.control.ctl_wire import MAX_REQUEST_BYTES
 from tests.conftest import REPO, Tools, eventually, stdio_params
-from tests.faults import start_ticks
+from tests.faults import alive, key_of, start_ticks
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
@@ -489,3 +490,33 @@ def test_a_peer_that_started_after_the_connection_is_not_the_peer() -> None:
     with pytest.raises(Exception, match="started after it connected"):
         match_ancestry(30, [ANCHOR], read_stat=_table(rows), started_by_ticks=129)
     assert match_ancestry(30, [ANCHOR], read_stat=_table(rows), started_by_ticks=130) is ANCHOR
+
+
+async def test_a_pane_readopted_after_a_supervisor_crash_is_still_attested(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    profiles = write_profiles(tmp_path)
+    params = stdio_params(state_dir, PANEWARDEN_PROFILES=str(profiles))
+    async with Client(params) as client:
+        tools = Tools(client)
+        coord = await PaneShell(tools, "coord", tmp_path).start()
+        acquired = await coord.ctl(
+            "--json", "acquire", "--controller-id", "boss", "--authority-ref", "r",
+            "--authority-sha256", SHA,
+        )  # fmt: skip
+        assert acquired.rc == 0, acquired
+        supervisor = key_of(psutil.Process(coord.info["worker_pid"]).ppid())
+        assert supervisor is not None
+        # A crash: the worker and the runner outlive the supervisor.
+        os.kill(supervisor[0], signal.SIGKILL)
+        assert await eventually(lambda: not alive(supervisor), 10)
+    async with Client(params) as client:
+        coord.tools = Tools(client)
+        # The new service re-adopted the worker (start time from its record) and took the
+        # program's start time from its re-introduction: the same pane, the same lease.
+        status = await coord.ctl("--json", "status")
+        assert status.rc == 0, status
+        assert status.json()["identity"] == acquired.json()["holder"]
+        assert status.json()["controller"]["controller_id"] == "boss"
+        detached = await coord.ctl("--json", "status", detach=True)
+        assert detached.rc == 0 and detached.json()["identity"] == acquired.json()["holder"]
