@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import sys
 import time
@@ -146,7 +147,7 @@ def add_ctl_parser(sub: Any) -> None:
     p = command("reviewer-start", "start a reviewer pane under this pane's controller lease")
     p.add_argument("name", metavar="NAME")
     p.add_argument("--profile", required=True)
-    p.add_argument("--cwd", required=True)
+    p.add_argument("--cwd", required=True, help="the reviewer's directory (relative to here)")
     p.add_argument("--purpose", required=True)
     p.add_argument("--model")
     p.add_argument("--effort")
@@ -189,7 +190,8 @@ def request_of(args: argparse.Namespace) -> dict[str, Any]:
         fields = {
             "name": args.name,
             "profile": args.profile,
-            "cwd": args.cwd,
+            # Relative to where ctl runs (the service takes absolute paths only).
+            "cwd": os.path.abspath(args.cwd),
             "purpose": args.purpose,
             "model": args.model,
             "effort": args.effort,

@@ -98,14 +98,17 @@ class CtlServer:
 
     async def stop(self) -> None:
         """Stop listening, cancel the connections in flight, remove the socket file."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
         tasks = list(self._connections)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
+        if server is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(server.wait_closed(), STOP_TIMEOUT_S)
         self.path.unlink(missing_ok=True)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
