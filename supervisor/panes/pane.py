@@ -54,6 +54,9 @@ class Pane:
     handle: WorkerHandle
     started_at: float
     pid: int | None = None
+    # The program's start time (clock ticks), taken when its worker named it: with
+    # ``pid`` it identifies the program even after the pid is reused.
+    pid_start_ticks: int | None = None
     status: PaneStatusFields = field(
         default_factory=lambda: PaneStatusFields(
             lifecycle="starting", state="unknown", kind=None, turn=0, seq=0, source="none"

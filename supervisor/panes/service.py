@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+from collections.abc import Mapping
 
 from supervisor.config import ServiceConfig
 from supervisor.panes import orphans
@@ -40,6 +41,7 @@ class PaneService:
         profiles: ProfileSet,
         endpoint: str,
         watchdog_period_s: float = DEFAULT_PERIOD_S,
+        pane_env: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
         self.profiles = profiles
@@ -52,7 +54,12 @@ class PaneService:
         )
         self.records = PaneRecords(config.state_dir)
         self.lifecycle = PaneLifecycle(
-            config, self.registry, self.workers, self.records, lambda: self.profiles
+            config,
+            self.registry,
+            self.workers,
+            self.records,
+            lambda: self.profiles,
+            pane_env=pane_env,
         )
         self.driver = PaneDriver(self.registry, self.workers)
         self.watchdog = Watchdog(self.registry, self.driver, period_s=watchdog_period_s)
