@@ -25,28 +25,11 @@ from supervisor.front.coordination_schemas import (
 )
 from supervisor.lanes.recipes import RECIPE_NAME_PATTERN
 
-CommitId = Annotated[
-    str,
-    msgspec.Meta(
-        pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$",
-        description="a full commit id (lowercase hex)",
-    ),
-]
-BranchName = Annotated[
-    str,
-    msgspec.Meta(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,254}$",
-        description="a branch's short name, as `git symbolic-ref --short HEAD` prints it",
-    ),
-]
-Scope = Annotated[
-    str,
-    msgspec.Meta(
-        min_length=1,
-        max_length=1024,
-        description="a literal repository-relative path (no globs, no '..', no leading '/')",
-    ),
-]
+# No per-type descriptions: each type is used several times per tool, and tools/list
+# size counts; the tool descriptions and docs/operations.md say what they are.
+CommitId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")]
+BranchName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,254}$")]
+Scope = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
 RecipeName = Annotated[
     str,
     msgspec.Meta(pattern=RECIPE_NAME_PATTERN, description="a recipe of .panewarden/recipes.toml"),
