@@ -55,6 +55,8 @@ def recipes_toml(port: int) -> str:
         "write-home": [py, "-c", "import os; open(os.path.expanduser('~/x'), 'w').write('x')"],
         "wait-for-change": [py, "-c", WAIT_FOR_TRIGGER],
         "sleep": [py, "-c", "import time; time.sleep(120)"],
+        # A slow suite: it outlives two of the supervisor's 1 s leftover sweeps.
+        "slow-pass": [py, "-c", "import time; time.sleep(2.5)"],
     }
     lines = []
     for name, argv in recipes.items():

@@ -107,6 +107,11 @@ async def test_recipes_run_sandboxed_and_leave_content_free_records(
     assert wrong["state"] == "preflight_failed" and wrong["exit_code"] is None
     assert "digest" in wrong["reason"]
 
+    # Bubblewrap is a child of the supervisor, a subreaper that kills unknown children:
+    # a run longer than its sweep period must survive it, exit status and all.
+    long_run = await _verify(lanes, lease, "slow-pass")
+    assert long_run["state"] == "passed" and long_run["duration_s"] >= 2.5, long_run
+
     slow = await _verify(lanes, lease, "sleep", timeout_s=1)
     assert slow["state"] == "timed_out" and slow["exit_code"] is None, slow
 
@@ -123,6 +128,7 @@ async def test_recipes_run_sandboxed_and_leave_content_free_records(
         ("write-home", "passed"),
         ("write-report", "passed"),
         ("tests", "preflight_failed"),
+        ("slow-pass", "passed"),
         ("sleep", "timed_out"),
         ("write-linked", "preflight_failed"),
     ]
