@@ -154,32 +154,30 @@ class Verifications:
                 raise PanewardenError(
                     ErrorCode.LEASE_STATE, f"a verification of lane {req.lease_id} is running"
                 )
-            left_s = ctl.expires_at - self._clock()
             self._running.add(req.lease_id)
         try:
-            return await self._run(ctl.controller_id, lease, self._terms(lease), req, left_s)
+            return await self._run(identity, creds, lease, self._terms(lease), req)
         finally:
             self._running.discard(req.lease_id)
 
     async def _run(
         self,
-        controller_id: str,
+        identity: str,
+        creds: Credentials,
         lease: PaneLease,
         terms: WriterTerms,
         req: VerifyRequest,
-        left_s: float,
     ) -> VerificationRecord:
         recipe = await recipe_at_base(self._git, terms.worktree, terms.base_commit, req.recipe)
         bwrap, why = await sandbox.probe(self._runner, self._environ)
         if bwrap is None:
             raise PanewardenError(ErrorCode.SANDBOX_UNAVAILABLE, why)
-        limit_s = min(recipe.timeout_s, req.timeout_s or recipe.timeout_s, left_s)
         started = self._clock()
         record = VerificationRecord(
             version=RECORD_VERSION,
             verification_id=new_id("vrf"),
             lease_id=lease.lease_id,
-            controller_id=controller_id,
+            controller_id=lease.controller_id,
             recipe=req.recipe,
             state="preflight_failed",
             base_commit=terms.base_commit,
@@ -198,6 +196,12 @@ class Verifications:
         if problem is not None:
             elapsed = round(self._clock() - started, 3)
             return await self._save(record, head=head, duration_s=elapsed, reason=problem)
+        async with self._stores.locks.hold("controller"):
+            # The fence, once more, right before the recipe runs; the run ends with the
+            # controller lease at the latest.
+            ctl = self._authority.check(identity, creds)
+            left_s = ctl.expires_at - self._clock()
+        limit_s = min(recipe.timeout_s, req.timeout_s or recipe.timeout_s, left_s)
         result = await self._runner(
             sandbox.sandbox_argv(
                 bwrap,

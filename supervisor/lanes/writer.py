@@ -139,9 +139,11 @@ class WriterLanes:
         if not os.path.isabs(req.worktree):
             raise PanewardenError(ErrorCode.INVALID_ARGUMENT, "worktree must be an absolute path")
         async with self._stores.locks.hold("controller", "writer"):
-            ctl = self._authority.check(identity, creds)
+            self._authority.check(identity, creds)
             terms = await self._admit(req, owned, locked)
             self._check_conflicts(terms, req.name)
+            # Again after reading Git: the lease must still be live for the write.
+            ctl = self._authority.check(identity, creds)
             now = self._leases.now()
             lease = PaneLease(
                 version=RECORD_VERSION,
@@ -277,6 +279,7 @@ class WriterLanes:
             released_terms = msgspec.structs.replace(
                 terms, release_head=head, release_status_sha256=status_sha256
             )
+            self._authority.check(identity, creds)  # still live after reading Git
             try:
                 return await close_leased(
                     self._leases,

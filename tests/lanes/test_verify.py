@@ -222,3 +222,42 @@ async def test_verify_without_bubblewrap_is_sandbox_unavailable(
     )
     assert body["code"] == "sandbox_unavailable", body
     assert (await lanes.tools.call("verification_list"))["verifications"] == []
+
+
+async def test_a_run_ends_with_the_controller_lease(
+    tmp_path: Path, state_dir: Path, repo: Repo
+) -> None:
+    params = stdio_params(
+        state_dir,
+        PANEWARDEN_PROFILES=str(profiles_file(tmp_path)),
+        PANEWARDEN_LEASE_TTL_MIN_S="1",
+    )
+    async with Client(params) as client:
+        tools = Tools(client)
+        granted = await tools.call(
+            "controller_acquire",
+            controller_id="brief",
+            authority_ref="issue 10",
+            authority_sha256="0" * 64,
+            ttl_s=6,
+        )
+        creds = {
+            "controller_id": "brief",
+            "lease_id": granted["lease_id"],
+            "fence_token": granted["fence_token"],
+        }
+        lanes = Lanes(tools, creds, repo)
+        lease, _wt = await _lane(lanes)
+        # The recipe sleeps 120 s and allows 600: the 6 s lease is what stops it.
+        run = await _verify(lanes, lease, "sleep")
+        assert run["state"] == "timed_out", run
+        assert run["duration_s"] < 6, run
+        # It ended when the lease did: the same credentials are refused now.
+        late = await tools.error(
+            "verify",
+            creds=creds,
+            lease_id=lease["lease_id"],
+            recipe="tests",
+            expected_worktree_sha256="0" * 64,
+        )
+        assert late["code"] == "fence_invalid"
