@@ -43,6 +43,8 @@ import pytest
 
 from tests.faults import (
     Marks,
+    ProcKey,
+    alive,
     describe,
     key_of,
     ppid,
@@ -74,6 +76,9 @@ RUN_WITHIN_S = 240.0
 # end of the run.
 ORPHAN_GRACE_S = "10"
 ALL_GONE_WITHIN_S = 20.0
+# The service kills what a dead worker left at once and sweeps re-parented leftovers every
+# second; the bound only catches a service that never does.
+SWEEP_WITHIN_S = 5.0
 SAMPLE_EVERY_S = 0.2
 FAULT_DELAY_MAX_S = 0.3
 
@@ -81,25 +86,33 @@ FAULT_DELAY_MAX_S = 0.3
 # ---------------------------------------------------------------- faults
 
 
-def sigkill_worker(pid: int, marks: Marks, ledger: Ledger) -> bool:
-    """SIGKILL ``pid`` through a pidfd if it is one of this run's workers; True if sent."""
+def sigkill_worker(pid: int, marks: Marks, ledger: Ledger) -> ProcKey | None:
+    """SIGKILL ``pid`` through a pidfd if it is one of this run's workers; its key if sent."""
     try:
         fd = os.pidfd_open(pid)
     except OSError:
-        return False
+        return None
     try:
         # The pidfd pins the process: what it names now is what the signal reaches.
         key = key_of(pid)
         if key is None or key not in marks.workers():
-            return False
+            return None
         ledger.killed.add(key)
         try:
             signal.pidfd_send_signal(fd, signal.SIGKILL)
         except ProcessLookupError:
-            return False
-        return True
+            return None
+        return key
     finally:
         os.close(fd)
+
+
+def awaiting_sweep(soak: Soak) -> set[ProcKey]:
+    """Pane processes the service adopted from a dead worker and has not killed yet."""
+    assert soak.service.proc is not None
+    service = soak.service.proc.pid
+    prefix = f"--pw-mark={soak.marks.run}-".encode()
+    return {key for key in with_arg(lambda a: a.startswith(prefix)) if ppid(key[0]) == service}
 
 
 async def kill_a_worker(soak: Soak, rng: random.Random) -> None:
@@ -115,15 +128,26 @@ async def kill_a_worker(soak: Soak, rng: random.Random) -> None:
         soak.ledger.outcomes["chaos:no pane to kill"] += 1
         return
     pane = rng.choice(running)
-    sent = sigkill_worker(pane["worker_pid"], soak.marks, soak.ledger)
-    soak.ledger.outcomes["chaos:worker SIGKILLed" if sent else "chaos:worker already gone"] += 1
+    killed = sigkill_worker(pane["worker_pid"], soak.marks, soak.ledger)
+    soak.ledger.outcomes["chaos:worker SIGKILLed" if killed else "chaos:worker already gone"] += 1
     adopted = pane["worker_pid"] in soak.workers_before_restart and soak.generation > 0
-    if adopted and sent:
+    if adopted and killed:
         soak.killed_adopted.add(pane["name"])
     soak.fault(
         f"SIGKILL worker {pane['worker_pid']} of {pane['name']} ({pane['state']}, turn "
-        f"{pane['turn']}{', re-adopted' if adopted else ''}): {'sent' if sent else 'gone'}"
+        f"{pane['turn']}{', re-adopted' if adopted else ''}): {'sent' if killed else 'gone'}"
     )
+    if killed is None:
+        return
+    # One fault at a time: the dead worker's tree, re-parented to the service (its
+    # subreaper), is killed by the service before the next fault can kill the service.
+    dead = await until(lambda: not alive(killed), SWEEP_WITHIN_S)
+    swept = dead and await until(lambda: not awaiting_sweep(soak), SWEEP_WITHIN_S)
+    if not swept:
+        soak.ledger.fail(
+            f"{pane['name']}: {SWEEP_WITHIN_S}s after its worker's SIGKILL: "
+            f"{describe({killed} if not dead else awaiting_sweep(soak))}"
+        )
 
 
 async def restart_service(soak: Soak) -> None:
