@@ -4,15 +4,18 @@ One ``panewarden serve --http`` service runs the demo agent (every pane program,
 grandchild and worker carries a ``Marks`` marker). Six clients, each its own SDK session,
 take random steps: start a pane under a name from a pool of seven, sometimes two or three
 times at once (so starts collide: one wins, the others get ``pane_exists``; ``max_panes``
-6 adds ``pane_limit``), type
-prompts (plain; ``dialog`` for a permission dialog; ``dialog slow`` for one reported
-``blocked`` 0.5 s before it is drawn; ``spawn`` for a detached grandchild; ``exit``), wait
-with the cursor ``send_input``/``answer_dialog`` returned, answer dialogs, read the screen,
-list and remove. A client types into, answers and removes only the panes it started (with
-two drivers, which turn a prompt opens is not defined); it reads, waits on and lists every
-pane. Meanwhile a chaos task SIGKILLs random workers (through a pidfd, so a reused pid is
-never hit) and once SIGKILLs the service mid-traffic and starts a new one on the same state
-dir; the surviving workers are re-adopted and the clients reconnect.
+6 adds ``pane_limit``), type prompts (plain; ``dialog`` for a permission dialog; ``dialog
+slow`` for one reported ``blocked`` 0.5 s before it is drawn; ``spawn`` for a detached
+grandchild; ``exit``), wait with the cursor ``send_input``/``answer_dialog`` returned,
+answer dialogs, read the screen, list and remove. A client types into, answers and removes
+only the panes it started (with two drivers, which turn a prompt opens is not defined); it
+reads, waits on and lists every pane. Meanwhile a chaos task SIGKILLs random workers
+(through a pidfd, so a reused pid is never hit) and once SIGKILLs the service mid-traffic
+and starts a new one on the same state dir; the surviving workers are re-adopted and the
+clients reconnect. Faults come one at a time: after a worker's SIGKILL the chaos task
+waits (bounded) until the service has killed what that worker left, since a service killed
+before it could is a double fault that no successor can clean up (it never learns what the
+dead worker's tree was).
 
 Checked (see ``soak_ledger``): every error is ``{code, message}`` with an allowed code;
 every wait after a cursor returns, before its deadline, the settled status of the turn
