@@ -175,6 +175,9 @@ class PromptDelivery:
         except PanewardenError as exc:
             self._reply_failed(job, exc)
             return
+        # Read what the program already wrote first: a dialog it drew meanwhile must be
+        # seen before Enter, which would answer it.
+        io.drain_output()
         if io.screen.status.state == "blocked":
             self._reply_failed(
                 job,
@@ -184,7 +187,6 @@ class PromptDelivery:
                 ),
             )
             return
-        io.drain_output()
         job.row, job.line = self._input_line()
         status = io.screen.status
         job.turn, job.state = status.turn, status.state

@@ -144,6 +144,8 @@ class Hello(_Msg, tag="hello"):
     status: PaneStatusFields
     started_at: float
     spawn_error: str | None = None
+    # The worker's last status records, oldest first (a new supervisor's history).
+    history: list[PaneStatusFields] = []
 
 
 class Ok(_Msg, tag="ok"):

@@ -137,12 +137,13 @@ class PaneRegistry:
         """Route one pushed frame of a proven worker (Hello included) to its pane."""
         pane = self._by_instance.get(handle.instance)
         match msg:
-            case Hello(status=status, child_pid=child_pid):
+            case Hello(status=status, child_pid=child_pid, history=history):
                 if pane is not None:
                     if child_pid != pane.pid or pane.pid_start_ticks is None:
                         # Taken once: a later Hello may come after the program was reaped.
                         pane.pid_start_ticks = child_start_ticks(child_pid, handle.pid)
                     pane.pid = child_pid
+                    pane.observe_history(history)
                     pane.observe(status)
             case Status(status=status):
                 if pane is not None:

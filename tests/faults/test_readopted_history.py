@@ -26,11 +26,6 @@ pytestmark = pytest.mark.anyio
 CLIENT_GONE = (MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known gap: a re-adopted pane's status history starts at the adoption",
-)
 async def test_a_wait_after_a_cursor_from_before_a_restart_misses_nothing(
     state_dir: Path, tmp_path: Path
 ) -> None:
