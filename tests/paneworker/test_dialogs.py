@@ -952,7 +952,8 @@ def test_the_answer_cursor_is_taken_before_the_key(
 # A line-editing agent. Its first "frame" argument is its mode: "echo" echoes keys and
 # answers each Enter; "paste" does the same with bracketed paste on; "report" also
 # reports OSC 7501 working on Enter; "ignore" echoes but never takes Enter; "late" shows
-# the line only when Enter comes and never takes it; "exit" exits on Enter.
+# the line only when Enter comes and never takes it; "exit" exits on Enter; "asks" reports
+# a permission dialog as soon as a typed line ends with "!" (before any Enter).
 LINE_AGENT = r"""
 import json, os, sys, tty
 log_path, frames_path = sys.argv[1], sys.argv[2]
@@ -976,6 +977,8 @@ with open(log_path, "ab", buffering=0) as log:
                 line += bytes([key])
                 if mode not in ("late",):
                     os.write(1, bytes([key]))
+                if mode == "asks" and line.endswith(b"!"):
+                    os.write(1, b"\r\nAllow it?\x1b]7501;state=blocked:kind=permission\x1b\\")
             elif mode == "exit":
                 sys.exit(0)
             elif mode == "late":
@@ -1034,6 +1037,27 @@ def test_prompts_sent_at_once_are_typed_one_after_the_other(
     assert isinstance(pane.wait_reply(31), Ok)
     assert isinstance(pane.wait_reply(32), Ok)
     assert pane.typed() == b"first\rsecond\r"
+
+
+def test_enter_is_not_pressed_into_a_dialog_reported_after_the_text(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """The program asks for permission while the text sits typed: the report is still
+    unread when Enter is due. Enter would answer the dialog; it must not be pressed."""
+    pane = scripted("generic", ["asks"], LINE_AGENT)
+    pane.pump_until(lambda: pane.shows(">"))
+    pane.clock.freeze()
+    pane.requests.handle(WriteInput(rid=41, text="go!"))
+    assert pane.program is not None
+    # Wait (bounded) until the program wrote its report, without reading it.
+    ready, _, _ = select.select([pane.program.fd], [], [], 5)
+    assert ready
+    pane.clock.now += 1.0  # Enter is due
+    pane.requests.run_due(pane.clock())
+    reply = pane.reply(41)
+    assert isinstance(reply, Failed) and reply.code == "delivery_ambiguous", reply
+    pane.clock.frozen = False
+    assert pane.typed() == b"go!"
 
 
 def test_bracketed_paste_is_used_when_the_program_asked_for_it(
