@@ -406,6 +406,14 @@ def _claude_setup(home: Path, cwd: Path) -> None:
     (home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True}))
 
 
+def _qwen_folder_trust_setup(home: Path, cwd: Path) -> None:
+    # Qwen Code's folder trust is off by default; with it on, a trust prompt comes first.
+    (home / ".qwen").mkdir(exist_ok=True)
+    (home / ".qwen" / "settings.json").write_text(
+        json.dumps({"security": {"folderTrust": {"enabled": True}}})
+    )
+
+
 CODEX_ARGV = ["codex", "--disable", "daemon_auto_start"]
 
 # Each step waits, then marks, then sends: a mark that should show the effect of a key is
@@ -564,6 +572,25 @@ SCENARIOS: list[Scenario] = [
             Step(exit=8),
         ],
         "provider menu; Down moves the selection; Enter opens the next page; Ctrl-C twice exits",
+    ),
+    Scenario(
+        "qwen",
+        "trust",
+        ["qwen"],
+        [
+            Step(
+                screen="do you trust this folder", quiet=2.0, deadline=20, mark="trust", send="\x03"
+            ),
+            # Ctrl-C does nothing there; Esc is "3. Don't trust (esc)", which is saved.
+            Step(quiet=0.5, deadline=2, mark="ctrl_c_once", send="\x1b"),
+            Step(screen="connect a provider", quiet=1.5, deadline=10, mark="declined", send="\x03"),
+            Step(quiet=0.3, deadline=1, send="\x03"),
+            Step(exit=8),
+        ],
+        "with security.folderTrust.enabled: the folder-trust prompt (alternate screen); "
+        "Ctrl-C is ignored there; Esc declines (saved as DO_NOT_TRUST) and the provider menu "
+        "follows; Ctrl-C twice exits",
+        setup=_qwen_folder_trust_setup,
     ),
 ]
 
