@@ -1,22 +1,30 @@
 """A fake model API on loopback that makes coding CLIs ask for a tool permission.
 
 Offline no CLI ever reaches a tool-permission dialog, because no model ever asks for a tool.
-This server stands in for the model: it speaks just enough of three wire formats, each
+This server stands in for the model: it speaks just enough of four wire formats, each
 streamed as server-sent events, to make a CLI run one shell command:
 
-- OpenAI chat completions (``POST …/chat/completions``): OpenCode's custom providers;
+- OpenAI chat completions (``POST …/chat/completions``): OpenCode's custom providers, and
+  Qwen Code with ``OPENAI_BASE_URL``;
 - Anthropic Messages (``POST …/v1/messages``): Claude Code with ``ANTHROPIC_BASE_URL``;
-- OpenAI Responses (``POST …/responses``): Codex with a custom ``model_provider``.
+- OpenAI Responses (``POST …/responses``): Codex with a custom ``model_provider``;
+- Gemini (``POST …/models/<model>:streamGenerateContent?alt=sse``, ``:generateContent``,
+  ``:countTokens``): Gemini CLI with ``GOOGLE_GEMINI_BASE_URL``.
 
 The answer to a request depends only on the request, so every CLI and every turn behaves
 the same way:
 
 - when the conversation's last message is a tool result, a short final text (``done.``);
 - otherwise, when the request offers a shell tool (OpenCode ``bash``, Claude ``Bash``, Codex
-  ``shell``/``exec_command``/``shell_command``), a call of that tool running the command
-  found in the last user message after ``RUN:`` (to the end of that line), or the server's
-  default command;
-- otherwise (titles, summaries, quota probes: side requests without tools) a plain ``ok``.
+  ``shell``/``exec_command``/``shell_command``, Gemini and Qwen ``run_shell_command``): if
+  the last user message that asks something says ``SAY: <text>`` (and no ``RUN:``), that
+  text and no tool call; else a call of that tool running the command found after ``RUN:``
+  (to the end of that line), or the server's default command;
+- otherwise (titles, summaries, quota probes: side requests without tools) a plain ``ok``
+  (``{}`` to a Gemini request for JSON output).
+
+``delay_s`` makes every answer wait that long first (model latency), so that a turn stays
+visibly working for a moment.
 
 Every request is appended to a JSON-lines log (method, path, and the body's model, tool
 names and last message), so one can see what each CLI sends.
@@ -24,12 +32,13 @@ names and last message), so one can see what each CLI sends.
 Usage::
 
     python -m tests.tools.fake_model serve [--log FILE] [--command "touch /tmp/x"]
-    python -m tests.tools.fake_model record CLI allow|deny [--out tests/captured] [--show]
+    python -m tests.tools.fake_model record CLI allow|deny|reply [--out tests/captured] [--show]
 
 ``record`` runs the CLI under ``tests/tools/record_cli.py``'s recorder (fresh HOME with the
 configs of :func:`write_cli_configs`, the variables of :func:`cli_env`) and writes
-``<cli>/permission_<answer>.bin/.json`` plus the server's request log; run
-``python -m tests.tools.make_goldens --only <cli>/permission_<answer>`` afterwards. In tests,
+``<cli>/permission_<answer>.bin/.json`` (``reply``: ``<cli>/prompt_reply``, a text-only
+turn) plus the server's request log; run ``python -m tests.tools.make_goldens --only
+<cli>/<scenario>`` afterwards. Gemini and Qwen are recorded with ``delay_s`` = 1 s. In tests,
 :class:`FakeModel` is a context manager (a thread; ``url`` once started).
 """
 
