@@ -8,7 +8,7 @@ newer than or equal to the bundled one.
 
 File format::
 
-    {"agent": "opencode", "version": 3, "rules": [
+    {"agent": "opencode", "version": 3, "startup_quiet_s": 0, "rules": [
         {"id": "...", "state": "working|idle|blocked",
          "kind": "permission|question|auth",      # blocked only, and required there
          "on": "screen|title",                    # default "screen"
@@ -32,6 +32,11 @@ screen is never guessed idle.
 
 A rule needs at least one positive condition (``all``, ``any`` or ``regex``): a rule
 made only of ``none`` would match almost any screen.
+
+``startup_quiet_s`` (default 0, at most ``MAX_STARTUP_QUIET_S``): before the first client
+input, ``idle`` is applied only once the screen and title have not changed for that long.
+Gemini CLI draws its input box for a moment before its folder-trust prompt or its real
+first frame; that provisional idle must not reach a client.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ DEFAULT_REGION_LINES = 8
 MAX_REGION_LINES = 1000
 MAX_RULES_BYTES = 256 * 1024
 MAX_RULES = 256
+MAX_STARTUP_QUIET_S = 10.0
 GENERIC = "generic"
 # Agent kinds name files: keep them to a safe, path-free shape.
 _AGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
@@ -83,6 +89,7 @@ class _RulesFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     agent: str
     version: int
     rules: tuple[_RuleSpec, ...]
+    startup_quiet_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,7 @@ class RuleSet:
     version: int
     rules: tuple[Rule, ...]
     source: str
+    startup_quiet_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -213,6 +221,8 @@ def parse_rules(data: bytes, *, agent: str, source: str) -> RuleSet:
         raise RulesError(f"{source}: version must be at least 1")
     if len(spec.rules) > MAX_RULES:
         raise RulesError(f"{source}: more than {MAX_RULES} rules")
+    if not 0 <= spec.startup_quiet_s <= MAX_STARTUP_QUIET_S:
+        raise RulesError(f"{source}: startup_quiet_s must be 0..{MAX_STARTUP_QUIET_S:g}")
     seen: set[str] = set()
     rules: list[Rule] = []
     for rule in spec.rules:
@@ -220,7 +230,13 @@ def parse_rules(data: bytes, *, agent: str, source: str) -> RuleSet:
             raise RulesError(f"{source}: duplicate rule id {rule.id!r}")
         seen.add(rule.id)
         rules.append(_compile(rule, source))
-    return RuleSet(agent=agent, version=spec.version, rules=tuple(rules), source=source)
+    return RuleSet(
+        agent=agent,
+        version=spec.version,
+        rules=tuple(rules),
+        source=source,
+        startup_quiet_s=spec.startup_quiet_s,
+    )
 
 
 def _compile(spec: _RuleSpec, source: str) -> Rule:

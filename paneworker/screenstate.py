@@ -8,7 +8,9 @@ Where the program sends no OSC 7501 root record, the agent kind's screen rules
 (:mod:`paneworker.screen_rules`) decide the state instead, from ``after_step``:
 only when the visible text or the window title changed, at most every
 ``RULES_INTERVAL_S``, and only once the same decision was seen on two evaluations
-in a row, so a frame caught half-drawn never flips the status on its own. The
+in a row, so a frame caught half-drawn never flips the status on its own (and,
+before the first client input, an ``idle`` only once the screen was quiet for the
+rules' ``startup_quiet_s``). The
 rules read the screen and, for agents that put their state there, the window title
 (cross-checked with the screen: a title alone never reads idle). The OSC record
 always wins while it exists; ``source`` says which one decided (``osc7501``,
@@ -64,6 +66,8 @@ class _RulesProgress:
 
     # What was last looked at: the text generation and the window title.
     generation: tuple[int, str] | None = None
+    # When a look last found the screen or title changed (for startup_quiet_s).
+    changed_at: float = 0.0
     due: float = 0.0
     pending: tuple[str, str | None] | None = None
     applied: tuple[str, str | None] | None = None
@@ -160,6 +164,8 @@ class ScreenState:
         if now < progress.due:
             return
         progress.due = now + RULES_INTERVAL_S
+        if generation != progress.generation:
+            progress.changed_at = now
         progress.generation = generation
         decision = classify(self.rules, self.terminal.display_lines(), self.terminal.title)
         self.last_decision = decision
@@ -170,10 +176,19 @@ class ScreenState:
         if key != progress.pending:
             progress.pending = key
             return
+        if self._startup_idle_unsettled(decision.state, now):
+            return  # still pending: looked at again every interval until quiet long enough
         progress.pending = None
         progress.applied = key
         if self.status.apply(decision.state, decision.kind, decision.source):
             self._send(Status(status=self.status.snapshot()))
+
+    def _startup_idle_unsettled(self, state: str, now: float) -> bool:
+        """An idle before the first input that has not been quiet for ``startup_quiet_s``."""
+        quiet_s = self.rules.startup_quiet_s
+        if state != "idle" or quiet_s <= 0 or self.status.input_seen:
+            return False
+        return now - self._rules.changed_at < quiet_s
 
     def _looked_at(self) -> tuple[int, str]:
         """What the rules read, as a cheap key: visible text generation and window title."""

@@ -8,6 +8,7 @@ state over OSC 7501, which gives a measured truth to compare the claude rules wi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
@@ -139,6 +140,16 @@ def test_duplicate_ids_wrong_agent_and_bad_version_are_refused() -> None:
         parse_rules(rules_json(rule, version=0), agent="kiro", source="t")
     with pytest.raises(RulesError):
         parse_rules(b"{not json", agent="kiro", source="t")
+
+
+def test_startup_quiet_is_bounded_and_defaults_to_none() -> None:
+    rule = {"id": "a", "state": "idle", "all": ["x"]}
+    assert parse_rules(rules_json(rule), agent="kiro", source="t").startup_quiet_s == 0
+    for bad in (-1, 10.5):
+        data = json.dumps({"agent": "kiro", "version": 1, "startup_quiet_s": bad, "rules": [rule]})
+        with pytest.raises(RulesError, match="startup_quiet_s"):
+            parse_rules(data.encode(), agent="kiro", source="t")
+    assert bundled_rules("gemini").startup_quiet_s == bundled_rules("qwen").startup_quiet_s > 0
 
 
 # -- 3. overrides from the profiles directory ----------------------------------------
@@ -570,6 +581,30 @@ class Pane:
         self.step()
         self.step()
 
+    def settle_start(self) -> None:
+        """Enough for a steady screen before the first input (``startup_quiet_s``)."""
+        self.settle()
+        self.step(self.screen.rules.startup_quiet_s)
+
+    def replay(
+        self, data: bytes, chunks: list[list[float]], upto: int | None = None, scale: float = 1.0
+    ) -> None:
+        """Feed the recorded reads at their recorded times (stretched by ``scale``, as on a
+        slower machine), looking every 50 ms between."""
+        start = 0
+        base = self.clock.now - chunks[0][0] * scale
+        for t_recorded, end in chunks:
+            t = t_recorded * scale
+            while self.clock.now + 0.05 < base + t:
+                self.step(0.05)
+            self.clock.now = max(self.clock.now, base + t)
+            self.screen.feed(data[start : int(end)])
+            start = int(end)
+            if upto is not None and start >= upto:
+                break
+        for _ in range(40):  # two seconds more
+            self.step(0.05)
+
     @property
     def statuses(self) -> list[tuple[str, str | None, int, str]]:
         return [
@@ -606,7 +641,7 @@ def test_a_recorded_turn_is_idle_working_done_from_the_title(
     data = (CAPTURED / cli / "prompt_reply.bin").read_bytes()
     pane = Pane(cli)
     pane.screen.feed(data[:ready])
-    pane.settle()
+    pane.settle_start()
     pane.screen.status.note_input()  # the recorded prompt was submitted here
     pane.screen.feed(data[ready:working])
     pane.settle()
@@ -625,7 +660,7 @@ def test_a_title_change_alone_is_looked_at() -> None:
     data = (CAPTURED / "qwen" / "prompt_reply.bin").read_bytes()
     pane = Pane("qwen")
     pane.screen.feed(data[:137339])
-    pane.settle()
+    pane.settle_start()
     assert pane.statuses == [("idle", None, 0, "title")]
     assert pane.screen.rules_deadline() is None  # nothing new to look at
     generation = pane.screen.terminal.text_generation
@@ -634,6 +669,98 @@ def test_a_title_change_alone_is_looked_at() -> None:
     assert pane.screen.rules_deadline() is not None
     pane.settle()
     assert pane.statuses[-1] == ("working", None, 0, "title")
+
+
+def test_a_provisional_input_box_before_the_trust_prompt_never_reads_idle() -> None:
+    """Gemini CLI with API-key auth draws its input box (title '◇  Ready') 0.15 s before its
+    folder-trust prompt (live, on a busy machine, long enough to read idle). Replayed at the
+    recorded pace and three times slower, the pane goes straight to blocked; without
+    ``startup_quiet_s`` the slow replay reads idle first."""
+    data = (CAPTURED / "gemini" / "trust_authed.bin").read_bytes()
+    chunks = json.loads((CAPTURED / "gemini" / "trust_authed.json").read_text())["chunks"]
+    for scale in (1.0, 3.0):
+        pane = Pane("gemini")
+        pane.replay(data, chunks, scale=scale)
+        assert pane.statuses == [("blocked", "permission", 0, "screen")]
+    hasty = Pane("gemini")
+    hasty.screen.rules = dataclasses.replace(hasty.screen.rules, startup_quiet_s=0.0)
+    hasty.replay(data, chunks, scale=3.0)
+    assert hasty.statuses == [("idle", None, 0, "title"), ("blocked", "permission", 0, "screen")]
+
+
+REPLAYED = [
+    ("gemini", "prompt_reply", [("idle", None, 0), ("working", None, 1), ("done", None, 1)]),
+    ("qwen", "prompt_reply", [("idle", None, 0), ("working", None, 1), ("done", None, 1)]),
+    (
+        "gemini",
+        "permission_allow",
+        [
+            ("idle", None, 0),
+            ("working", None, 1),
+            ("blocked", "permission", 1),
+            ("working", None, 1),
+            ("done", None, 1),
+        ],
+    ),
+    (
+        "qwen",
+        "permission_allow",
+        [
+            ("idle", None, 0),
+            ("working", None, 1),
+            ("blocked", "permission", 1),
+            ("working", None, 1),
+            ("done", None, 1),
+        ],
+    ),
+    (
+        "gemini",
+        "permission_deny",
+        [
+            ("idle", None, 0),
+            ("working", None, 1),
+            ("blocked", "permission", 1),
+            ("cancelled", None, 1),
+        ],
+    ),
+    (
+        "qwen",
+        "permission_deny",
+        [
+            ("idle", None, 0),
+            ("working", None, 1),
+            ("blocked", "permission", 1),
+            ("cancelled", None, 1),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("cli", "scenario", "expected"), REPLAYED, ids=[f"{c}/{s}" for c, s, _ in REPLAYED]
+)
+def test_recorded_sessions_replayed_at_their_pace_give_one_clean_turn(
+    cli: str, scenario: str, expected: list[tuple[str, str | None, int]]
+) -> None:
+    """The whole recording at its recorded timing: the prompt is turn 1, nothing before it
+    is a turn, the dialog is blocked(permission) and the answer ends the turn done or, after
+    Esc (deny_once marks the cancel), cancelled; the exit at the end is not counted."""
+    data = (CAPTURED / cli / f"{scenario}.bin").read_bytes()
+    meta = json.loads((CAPTURED / cli / f"{scenario}.json").read_text())
+    marks = {mark["name"]: mark["offset"] for mark in meta["marks"]}
+    last = marks.get("replied", marks.get("allowed", marks.get("denied")))
+    pane = Pane(cli)
+    pane.replay(data, meta["chunks"], upto=marks["typed"])
+    pane.screen.status.note_input()  # Enter of the recorded prompt came right after "typed"
+    rest = [[t, end] for t, end in meta["chunks"] if end > marks["typed"]]
+    if "dialog" in marks and scenario.endswith("deny"):
+        before = [[t, end] for t, end in rest if end <= marks["dialog"]]
+        pane.replay(data, before)
+        pane.screen.status.note_cancel()  # what deny_once does as it presses Esc
+        rest = [[t, end] for t, end in rest if end > marks["dialog"]]
+    pane.replay(data, [[t, end] for t, end in rest if end <= last] or rest[:1])
+    got = [(state, kind, turn) for state, kind, turn, _source in pane.statuses]
+    assert got == expected, pane.statuses
 
 
 def test_a_decision_needs_two_looks_and_a_flicker_changes_nothing() -> None:

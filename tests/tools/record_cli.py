@@ -398,12 +398,23 @@ class Scenario:
     description: str
     setup: Callable[[Path, Path], None] | None = None
     cols: int = 120
+    # Extra variables for the program (no credentials: recordings run offline).
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
     rows: int = 40
 
 
 def _claude_setup(home: Path, cwd: Path) -> None:
     # Without this, a fresh HOME makes Claude Code try the network for onboarding and exit 1.
     (home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True}))
+
+
+def _gemini_api_key_setup(home: Path, cwd: Path) -> None:
+    # API-key auth chosen (the key itself is a dummy in the scenario's env): Gemini CLI then
+    # draws its input box before it asks whether to trust the folder.
+    (home / ".gemini").mkdir(exist_ok=True)
+    (home / ".gemini" / "settings.json").write_text(
+        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
+    )
 
 
 def _qwen_folder_trust_setup(home: Path, cwd: Path) -> None:
@@ -546,6 +557,20 @@ SCENARIOS: list[Scenario] = [
         ],
         "folder-trust prompt; Enter trusts the folder; auth menu; "
         "Ctrl-C twice exits with a summary",
+    ),
+    Scenario(
+        "gemini",
+        "trust_authed",
+        ["gemini", "--approval-mode", "default"],
+        [
+            Step(screen="type your message", deadline=20, mark="input_box"),
+            Step(screen="do you trust", quiet=2.0, deadline=20, mark="trust", send="\x1b"),
+            Step(exit=8),
+        ],
+        "API-key auth configured, folder not trusted: the input box is drawn for a moment, "
+        "then the folder-trust prompt; Esc exits without saving anything",
+        setup=_gemini_api_key_setup,
+        env={"GEMINI_API_KEY": "dummy"},
     ),
     Scenario(
         "qwen",
@@ -821,7 +846,7 @@ class Recorder:
         subprocess.run(["git", "init", "-q", str(cwd)], check=True)
         if sc.setup:
             sc.setup(home, cwd)
-        env = build_env(home, self.prefix, {})
+        env = build_env(home, self.prefix, dict(self.sc.env))
         argv = list(sc.argv)
         exe = shutil.which(argv[0], path=env["PATH"])
         if exe is None:
