@@ -1263,6 +1263,73 @@ def test_bracketed_paste_is_used_when_the_program_asked_for_it(
     assert pane.typed() == b"\x1b[200~two\rlines\x1b[201~\r"
 
 
+# Gemini CLI 0.61.0's paste guard, scaled: an Enter handled within GUARD seconds of a
+# bracketed paste is a newline in the prompt, not a submission.
+PASTE_GUARD_AGENT = r"""
+import json, os, sys, time, tty
+log_path, frames_path = sys.argv[1], sys.argv[2]
+with open(frames_path, encoding="utf-8") as f:
+    GUARD = float(json.load(f)[0])
+tty.setraw(0)
+os.write(1, b"\x1b[?2004h> ")
+line, pasted_at = b"", 0.0
+with open(log_path, "ab", buffering=0) as log:
+    while True:
+        data = os.read(0, 4096)
+        if not data:
+            break
+        log.write(data)
+        if b"<end-of-test>" in data:
+            continue
+        if b"\x1b[200~" in data:
+            text = data.split(b"\x1b[200~", 1)[1].split(b"\x1b[201~", 1)[0]
+            line += text
+            os.write(1, text)
+            pasted_at = time.monotonic()
+            data = data.split(b"\x1b[201~", 1)[1]
+        if b"\r" in data:
+            if time.monotonic() - pasted_at < GUARD:
+                line += b"\n"
+                os.write(1, b"\r\n  ")
+            else:
+                os.write(1, b"\x1b]7501;state=working\x1b\\")
+                os.write(1, b"\r\nok: " + line.replace(b"\n", b" ") + b"\r\n> ")
+                line = b""
+"""
+
+
+def test_an_agent_with_a_paste_guard_gets_enter_only_after_the_echo(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """Gemini CLI and Qwen Code panes: Enter waits until the pasted text was drawn and the
+    program went quiet, so it submits instead of adding a newline (with the usual 50 ms it
+    came inside Gemini's guard and the prompt stayed in its input box)."""
+    pane = scripted("gemini", ["0.12"], PASTE_GUARD_AGENT)
+    pane.pump_until(lambda: pane.screen.terminal.bracketed_paste and pane.shows(">"))
+    reply = submit(pane, "hello there")
+    assert isinstance(reply, Ok), reply
+    assert reply.turn == pane.screen.status.turn == 1
+    pane.pump_until(lambda: pane.shows("ok: hello there"))
+    assert pane.typed() == b"\x1b[200~hello there\x1b[201~\r"
+
+
+def test_a_newline_instead_of_a_submission_is_never_reported_sent(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """Enter became a newline (the program was too busy): the cursor left the typed text's
+    row, which for other agents counts as taken; for these it is delivery_ambiguous."""
+    pane = scripted("gemini", ["60"], PASTE_GUARD_AGENT)
+    pane.pump_until(lambda: pane.screen.terminal.bracketed_paste and pane.shows(">"))
+    pane.requests.handle(WriteInput(rid=41, text="hello there"))
+    pane.pump_until(lambda: pane.unseen().endswith(b"\r"))
+    pane.clock.freeze()
+    pane.clock.now += SUBMIT_ACK_TIMEOUT_S + 1
+    reply = pane.wait_reply(41)
+    assert isinstance(reply, Failed) and reply.code == "delivery_ambiguous", reply
+    pane.clock.frozen = False
+    assert not pane.shows("ok:") and pane.screen.status.turn == 0
+
+
 @pytest.mark.parametrize("mode", ["ignore", "late"])
 def test_a_prompt_left_in_the_input_line_is_delivery_ambiguous(
     scripted: Callable[..., ScriptedPane], mode: str
