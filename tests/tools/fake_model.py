@@ -690,6 +690,15 @@ class FakeModel:
         with self._server.lock:
             return list(self._server.requests)
 
+    @property
+    def delay_s(self) -> float:
+        """How long every answer waits first (model latency)."""
+        return self._server.delay_s
+
+    @delay_s.setter
+    def delay_s(self, value: float) -> None:
+        self._server.delay_s = value
+
     def tool_calls(self) -> list[dict[str, Any]]:
         """The requests answered with a tool call, oldest first."""
         return [r for r in self.requests if isinstance(r["answer"], dict)]
