@@ -44,7 +44,7 @@ SETTLED_OR_IDLE = ["idle", "done", "blocked", "cancelled", "error"]
 REPEATS = 20  # per CLI
 # How long the fake model takes per answer in the repeated starts: long enough for two
 # looks of the screen rules at the working turn.
-REPEAT_DELAY_S = 0.5
+REPEAT_DELAY_S = 0.3
 
 
 @dataclass

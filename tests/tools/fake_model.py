@@ -16,10 +16,10 @@ the same way:
 
 - when the conversation's last message is a tool result, a short final text (``done.``);
 - otherwise, when the request offers a shell tool (OpenCode ``bash``, Claude ``Bash``, Codex
-  ``shell``/``exec_command``/``shell_command``, Gemini and Qwen ``run_shell_command``): if
-  the last user message that asks something says ``SAY: <text>`` (and no ``RUN:``), that
-  text and no tool call; else a call of that tool running the command found after ``RUN:``
-  (to the end of that line), or the server's default command;
+  ``shell``/``exec_command``/``shell_command``, Gemini and Qwen ``run_shell_command``) and
+  the newest user message says ``RUN: <command>``: a call of that tool running the command
+  (to the end of that line); if it says ``SAY: <text>`` instead, that text and no tool call;
+  if it says neither, the server's default command when one was given, else ``ok``;
 - otherwise (titles, summaries, quota probes: side requests without tools) a plain ``ok``
   (``{}`` to a Gemini request for JSON output).
 
@@ -133,12 +133,15 @@ def _ends_with_tool_result(messages: list[dict[str, Any]]) -> bool:
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
-    """The newest user message that asks for something (``RUN:`` or ``SAY:``)."""
+    """The text of the newest user message.
+
+    Only the newest: a side request (Qwen Code's "[SUGGESTION MODE: …]", offered every tool)
+    ends with its own instruction after the conversation, and must not be read as the
+    prompt that said ``RUN:`` earlier.
+    """
     for item in reversed(messages):
         if item.get("role") == "user":
-            text = _text_of(item.get("content"))
-            if RUN_PATTERN.search(text) or SAY_PATTERN.search(text):
-                return text
+            return _text_of(item.get("content"))
     return ""
 
 
@@ -198,7 +201,7 @@ class Decision:
         self.text = text
 
 
-def decide(body: dict[str, Any], default_command: str) -> Decision:
+def decide(body: dict[str, Any], default_command: str | None) -> Decision:
     """The answer to one request (see the module docstring)."""
     messages = _messages(body)
     if _ends_with_tool_result(messages):
@@ -209,10 +212,12 @@ def decide(body: dict[str, Any], default_command: str) -> Decision:
         return Decision(None, {}, "ok")
     asked = _last_user_text(messages)
     said = SAY_PATTERN.search(asked)
-    if said and not RUN_PATTERN.search(asked):
-        return Decision(None, {}, said[1].strip())
     match = RUN_PATTERN.search(asked)
-    command = match[1].strip() if match else default_command
+    if said and not match:
+        return Decision(None, {}, said[1].strip())
+    if match is None and default_command is None:
+        return Decision(None, {}, "ok")
+    command = match[1].strip() if match else str(default_command)
     return Decision(name, _shell_arguments(tools[name], command), "")
 
 
@@ -639,7 +644,14 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, log: Path | None, default_command: str, delay_s: float = 0.0) -> None:
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A CLI that exits (or is killed with its pane) mid-stream closes the connection:
+        # expected, and not worth a traceback on stderr.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+    def __init__(self, log: Path | None, default_command: str | None, delay_s: float = 0.0) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.log_path = log
         self.default_command = default_command
@@ -672,7 +684,7 @@ class FakeModel:
     """The server on a thread, for tests: ``with FakeModel(log) as fm: fm.url``."""
 
     def __init__(
-        self, log: Path | None = None, default_command: str = "true", delay_s: float = 0.0
+        self, log: Path | None = None, default_command: str | None = None, delay_s: float = 0.0
     ) -> None:
         self._server = _Server(log, default_command, delay_s)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -837,7 +849,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     serve = sub.add_parser("serve", help="run the server until Ctrl-C")
     serve.add_argument("--log", type=Path, default=None)
-    serve.add_argument("--command", default="true", help="shell command when there is no RUN:")
+    serve.add_argument("--command", default=None, help="shell command when there is no RUN:")
     rec = sub.add_parser("record", help="record a CLI's permission dialog into tests/captured")
     rec.add_argument("cli", choices=sorted(_RECORD))
     rec.add_argument("answer", choices=["allow", "deny", "reply"])
