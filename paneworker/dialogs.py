@@ -17,7 +17,7 @@ not change it; any other change (another command, other options) does.
 
 What each recogniser rests on (``docs/operations.md``, "Agent kinds", has the full table):
 
-- ``demo``: the bundled demo agent's dialog (design §11), measured by the e2e tests.
+- ``demo``: the bundled demo agent's dialog (docs/design.md §11), measured by the e2e tests.
 - ``opencode``: the shell-command dialog of opencode-ai 1.18.33, measured against a fake
   model on loopback (``tests/captured/opencode/permission_*``: ``Allow once`` highlighted by
   a background colour only), and OpenCode 2.2.7's layout as measured by OpenAB Shepherd.
@@ -115,7 +115,7 @@ def _navigate(screen: DialogScreen, focus: int, target: int) -> tuple[bytes, ...
 
 
 def _demo(screen: DialogScreen, answer: str) -> DialogPlan:
-    """The bundled demo agent's dialog (design §11), matched line by line."""
+    """The bundled demo agent's dialog (docs/design.md §11), matched line by line."""
     stripped = [line.rstrip() for line in screen.lines]
     for top, line in enumerate(stripped):
         if line.strip() != "Permission required":

@@ -30,6 +30,7 @@ from protocol.messages import (
     Closed,
     Heartbeat,
     Interrupt,
+    Introduce,
     Ping,
     ReadScreen,
     Resize,
@@ -89,6 +90,9 @@ class RequestHandler:
         """Act on one request; failures become ``Failed`` replies, never exceptions."""
         if isinstance(msg, Heartbeat):
             return
+        if isinstance(msg, Introduce):
+            self.w.introduce()
+            return
         rid = msg.rid
         try:
             self._dispatch(msg)
@@ -130,6 +134,12 @@ class RequestHandler:
     def _read_screen(self, msg: ReadScreen) -> None:
         screen = self.w.screen
         status = screen.status
+        if msg.expected_seq is not None and msg.expected_seq != status.seq:
+            # A capture bound to a cursor: the pane moved on, its screen is another's.
+            raise PanewardenError(
+                ErrorCode.CURSOR_MISMATCH,
+                f"the pane's seq is {status.seq}, not {msg.expected_seq}; nothing was read",
+            )
         self.io.send(
             ScreenText(
                 rid=msg.rid,

@@ -2,7 +2,7 @@
 
 Pure and dependency-free. Inputs are the agent state a source decided (an OSC 7501
 root record or a screen rule), lifecycle changes and the facts that a dialog was
-denied or the turn interrupted. Rules (design §4):
+denied or the turn interrupted. Rules (docs/design.md §4):
 - ``seq`` +1 on every recorded change of (state, kind, lifecycle); never decreases.
 - ``turn`` +1 when the pane goes ``working`` outside a turn, or straight to a
   ``blocked`` permission dialog after a finished turn or idle (a brief ``working`` may go
@@ -62,7 +62,7 @@ class StatusMachine:
 
     @property
     def settled(self) -> bool:
-        """True when a client waiting for the turn may act (design §4 'Settled')."""
+        """True when a client waiting for the turn may act (docs/design.md §4 'Settled')."""
         return self.lifecycle in ("exited", "lost") or self.state in SETTLED_STATES
 
     def set_lifecycle(self, lifecycle: Lifecycle, exit_code: int | None = None) -> bool:

@@ -1,4 +1,4 @@
-"""The status machine: lifecycle, state, kind, turn and seq rules (design §4)."""
+"""The status machine: lifecycle, state, kind, turn and seq rules (docs/design.md §4)."""
 
 from __future__ import annotations
 
