@@ -87,6 +87,11 @@ class StatusMachine:
         self._recorded()
         return True
 
+    @property
+    def input_seen(self) -> bool:
+        """True once a client submitted input (or the pane was re-adopted mid-session)."""
+        return self._input_seen
+
     def note_input(self) -> None:
         """A client submitted input: from now on ``working`` opens turns."""
         self._input_seen = True

@@ -84,6 +84,11 @@ class Terminal:
         return self._dispatch.records
 
     @property
+    def title(self) -> str:
+        """The window title the program last set (OSC 0 or 2), printable characters only."""
+        return self._dispatch.title
+
+    @property
     def cols(self) -> int:
         return self._screen.columns
 

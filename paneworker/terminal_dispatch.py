@@ -21,6 +21,9 @@ Answers, and what is deliberately not answered:
   "unknown": widths follow wcwidth, not grapheme clusters.
 - DECCOLM (``?3``) is ignored: the PTY's size is the worker's to set.
 
+The window title (OSC 0 and OSC 2; OSC 1, the icon name, is ignored) is kept in
+``title``.
+
 Status records: every valid report is applied to ``records`` and passed to
 ``on_report``; RIS clears all records; OSC 133 ``A`` drops working/blocked ones.
 ``on_root_change`` hears every change of the root record, in stream order.
@@ -105,6 +108,9 @@ class Dispatcher:
         self._on_report = on_report
         self._on_root_change = on_root_change
         self.records = StatusRecords()
+        # The window title (OSC 0 or 2), control characters removed; agents without
+        # OSC 7501 put their state there.
+        self.title = ""
         self.dec_modes: set[int] = set()
         self._errors = 0
         s = screen
@@ -221,6 +227,8 @@ class Dispatcher:
                 if spec == "?" and index.isdigit() and int(index) <= 255:
                     colour = _rgb(g.FG_BG_256[int(index)])
                     self._send(f"\x1b]4;{int(index)};{colour}{terminator}")
+        elif code in ("0", "2"):
+            self.title = "".join(c for c in rest if c.isprintable())
         elif code == "133" and rest.startswith("A"):
             self._root_changed(self.records.drop_transient())
 

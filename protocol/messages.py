@@ -16,7 +16,7 @@ from protocol.timing import KILL_GRACE_S
 Lifecycle = Literal["starting", "running", "exited", "lost"]
 AgentState = Literal["unknown", "idle", "working", "blocked", "done", "error", "cancelled"]
 BlockedKind = Literal["permission", "question", "auth"]
-StatusSource = Literal["osc7501", "screen", "none"]
+StatusSource = Literal["osc7501", "title", "screen", "none"]
 DialogAnswer = Literal["allow_once", "deny_once"]
 
 
