@@ -183,7 +183,7 @@ class ReviewerLanes:
 def _kept_because(lease: PaneLease, pane: Pane | None) -> str | None:
     if lease.state != "active":
         return f"lease is {lease.state}"
-    if pane is None:
+    if pane is None or pane.status.lifecycle == "lost":
         return "pane gone or re-created (reconcile the lease)"
     if pane.status.lifecycle == "running" and pane.status.state in BUSY_STATES:
         return f"pane is {pane.status.state}"
