@@ -17,7 +17,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import Tools, eventually, stdio_params
-from tests.control import write_profiles
+from tests.control.support import write_profiles
 from tests.faults import Marks, describe, sigkill_all
 from tests.service.conftest import Service, ServiceFactory, connect, digest, new_token
 

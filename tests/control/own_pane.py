@@ -18,7 +18,7 @@ from supervisor.config import load_config
 from supervisor.control.controllers import Attested
 from supervisor.front.runtime import running_service
 from supervisor.panes.pane import Pane, wait_for_status
-from tests.control import AUTHORITY_SHA
+from tests.control.support import AUTHORITY_SHA
 
 SETTLE_S = 30.0
 

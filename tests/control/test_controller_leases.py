@@ -19,7 +19,8 @@ import pytest
 
 from supervisor.store.locks import hold_sync
 from tests.conftest import eventually
-from tests.control import (
+from tests.control.conftest import Coord, HttpCoords, stdio_service
+from tests.control.support import (
     AUTHORITY_SHA,
     CHECKPOINT_SHA,
     Controller,
@@ -30,7 +31,6 @@ from tests.control import (
     receipt_records,
     record_texts,
 )
-from tests.control.conftest import Coord, HttpCoords, stdio_service
 from tests.service.conftest import read_audit
 
 pytestmark = pytest.mark.anyio

@@ -13,7 +13,8 @@ import anyio
 import pytest
 
 from tests.conftest import REPO, service_env
-from tests.control import (
+from tests.control.conftest import Coord, coordination_env
+from tests.control.support import (
     AUTHORITY_SHA,
     CHECKPOINT_SHA,
     acquire,
@@ -21,7 +22,6 @@ from tests.control import (
     pane_lease_records,
     send_signal,
 )
-from tests.control.conftest import Coord, coordination_env
 from tests.faults import Marks, alive, key_of
 
 pytestmark = pytest.mark.anyio

@@ -21,7 +21,8 @@ import pytest
 from supervisor.store.locks import hold_sync
 from supervisor.store.statedir import atomic_write
 from tests.conftest import Tools, eventually
-from tests.control import (
+from tests.control.conftest import Coord
+from tests.control.support import (
     AUTHORITY_SHA,
     Controller,
     acquire,
@@ -32,7 +33,6 @@ from tests.control import (
     record_texts,
     send_signal,
 )
-from tests.control.conftest import Coord
 from tests.faults import sigkill_all
 
 pytestmark = pytest.mark.anyio

@@ -31,8 +31,8 @@ from supervisor.store.locks import FileLock, LockInfo, LockState, boot_id, class
 from supervisor.store.records import RecordStore
 from supervisor.store.statedir import atomic_write
 from tests.conftest import REPO
-from tests.control import AUTHORITY_SHA, acquire, leaked
 from tests.control.conftest import Coord, stdio_service
+from tests.control.support import AUTHORITY_SHA, acquire, leaked
 from tests.faults import seeded_rng
 
 HOLD = """
