@@ -99,6 +99,22 @@ class PaneLeases:
                 tagged += 1
         return tagged
 
+    def finish_interrupted_closes(self) -> int:
+        """After a restart: a lease a crash left ``closing`` whose pane did not survive
+        was closed by its worker; its capture was recorded before the close, so it is
+        ``closed`` now. One whose pane runs stays ``closing`` (retained, refusing
+        prompts) until its next close finishes it. Returns how many were closed."""
+        closed = 0
+        for lease in self.all():
+            if (
+                lease.state == "closing"
+                and lease.capture_sha256 is not None
+                and self.pane_of(lease) is None
+            ):
+                self.save(lease, state="closed")
+                closed += 1
+        return closed
+
     def held(self, controller_id: str, name: str) -> tuple[Pane, PaneLease]:
         """Pane ``name`` and its active lease, which ``controller_id`` must hold.
 

@@ -21,6 +21,7 @@ from supervisor.control.pane_leases import PaneLeases
 from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease
 from supervisor.control.stores import ControlStores
 from supervisor.lanes.closing import BUSY_STATES, close_leased
+from supervisor.panes.driving import PaneDriver
 from supervisor.panes.lifecycle import PaneLifecycle
 from supervisor.panes.pane import LeaseTag, Pane
 
@@ -50,11 +51,13 @@ class ReviewerLanes:
         authority: ControllerAuthority,
         leases: PaneLeases,
         lifecycle: PaneLifecycle,
+        driver: PaneDriver,
     ) -> None:
         self._stores = stores
         self._authority = authority
         self._leases = leases
         self._lifecycle = lifecycle
+        self._driver = driver
 
     def leases(self) -> list[PaneLease]:
         """Every reviewer lease, oldest first."""
@@ -137,11 +140,14 @@ class ReviewerLanes:
         async with self._stores.locks.hold("controller", "reviewer"):
             ctl = self._authority.check(identity, creds)
             lease = self._own(ctl.controller_id, lease_id)
-            if lease.state not in ("active", "provisioning"):
+            # `closing`: a close a crash interrupted, finished now.
+            if lease.state not in ("active", "provisioning", "closing"):
                 raise PanewardenError(
                     ErrorCode.LEASE_STATE, f"reviewer lease {lease_id} is {lease.state}"
                 )
-            return await close_leased(self._leases, self._lifecycle, lease, expected_seq, "closed")
+            return await close_leased(
+                self._leases, self._lifecycle, self._driver, lease, expected_seq, "closed"
+            )
 
     async def cleanup(self, identity: str, creds: Credentials, dry_run: bool) -> CleanupReport:
         """Close every settled reviewer pane of this controller; keep (and say why) the
@@ -161,7 +167,12 @@ class ReviewerLanes:
                 if not dry_run:
                     try:
                         await close_leased(
-                            self._leases, self._lifecycle, lease, pane.status.seq, "closed"
+                            self._leases,
+                            self._lifecycle,
+                            self._driver,
+                            lease,
+                            pane.status.seq,
+                            "closed",
                         )
                     except PanewardenError as exc:
                         report.preserved.append(

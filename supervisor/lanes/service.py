@@ -13,8 +13,13 @@ class LaneService:
     def __init__(self, control: ControlService) -> None:
         panes = control.panes
         self.reviewers = ReviewerLanes(
-            control.stores, control.authority, control.leases, panes.lifecycle
+            control.stores, control.authority, control.leases, panes.lifecycle, panes.driver
         )
         self.adopted = AdoptedPanes(
-            control.stores, control.authority, control.leases, panes.registry, panes.lifecycle
+            control.stores,
+            control.authority,
+            control.leases,
+            panes.registry,
+            panes.lifecycle,
+            panes.driver,
         )
