@@ -15,7 +15,7 @@ from supervisor.control.fences import new_id
 from supervisor.control.pane_leases import PaneLeases
 from supervisor.control.records import RECORD_VERSION, PaneLease
 from supervisor.control.stores import ControlStores
-from supervisor.lanes.closing import check_closable, close_leased
+from supervisor.lanes.closing import begin_close, check_closable, finish_close
 from supervisor.panes.driving import PaneDriver
 from supervisor.panes.lifecycle import PaneLifecycle
 from supervisor.panes.registry import PaneRegistry
@@ -111,13 +111,12 @@ class AdoptedPanes:
                 raise PanewardenError(
                     ErrorCode.LEASE_STATE, f"adopted lease {lease_id} is {lease.state}"
                 )
-            return await close_leased(
+            job = begin_close(
                 self._leases,
-                self._lifecycle,
-                self._driver,
                 lease,
                 expected_seq,
                 "closed",
                 checkpoint_ref=checkpoint_ref,
                 checkpoint_sha256=checkpoint_sha256,
             )
+        return await finish_close(self._leases, self._lifecycle, self._driver, job)

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import REPO, service_env
+from tests.conftest import REPO, eventually, service_env
 from tests.control.conftest import Coord, coordination_env
 from tests.control.support import (
     AUTHORITY_SHA,
@@ -22,7 +22,7 @@ from tests.control.support import (
     pane_lease_records,
     send_signal,
 )
-from tests.faults import Marks, alive, key_of
+from tests.faults import Marks, alive, key_of, sigkill_all
 
 pytestmark = pytest.mark.anyio
 
@@ -293,8 +293,6 @@ def test_a_controller_cannot_adopt_its_own_pane(tmp_path: Any) -> None:
         assert done.returncode == 0, done.stderr[-3000:]
         assert done.stdout.split() == ["forbidden", "pane_leased"], done.stdout
     finally:
-        from tests.faults import sigkill_all
-
         sigkill_all(marks.everything())
 
 
@@ -361,3 +359,35 @@ async def test_reconcile_terminalises_only_leases_whose_pane_is_gone(coord: Coor
         "lease_reconcile", lease_type="reviewer", lease_id=alive_lease["lease_id"]
     )
     assert refused["code"] == "lease_conflict", refused
+
+
+async def test_a_worker_dying_in_the_closing_step_leaves_the_lease_closed(coord: Coord) -> None:
+    # The program is stopped, so the worker's close waits out its kill grace; the worker
+    # is SIGKILLed right then. The pane is gone either way: the lease is closed, with the
+    # capture taken at expected_seq, and the lost pane is forgotten.
+    ctl = await acquire(coord.tools, "s25w")
+    lease = await ctl.reviewer("s25w")
+    idle = await coord.tools.wait("s25w", until=["idle"])
+    screen = await coord.tools.call("read_output", name="s25w", lines=10_000, scrollback=True)
+    pane = await pane_info(coord.tools, "s25w")
+    program = send_signal(pane["pid"], signal.SIGSTOP)
+    closed: dict[str, Any] = {}
+
+    async def close() -> None:
+        closed.update(
+            await ctl.call("reviewer_close", lease_id=lease["lease_id"], expected_seq=idle["seq"])
+        )
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(close)
+            closing = await eventually(
+                lambda: pane_lease_records(coord.state)[lease["lease_id"]].capture_sha256, 20
+            )
+            assert closing, "the close never recorded its capture"
+            send_signal(pane["worker_pid"], signal.SIGKILL)
+    finally:
+        sigkill_all([program])
+    assert (closed["state"], closed["closed_seq"]) == ("closed", idle["seq"]), closed
+    assert closed["capture_sha256"] == hashlib.sha256(screen["text"].encode()).hexdigest()
+    assert not [p for p in (await coord.tools.call("list_panes"))["panes"] if p["name"] == "s25w"]
