@@ -53,12 +53,16 @@ async def test_reviewer_start_provisions_then_activates_and_a_failed_start_leave
 
     async with anyio.create_task_group() as group:
         group.start_soon(start)
-        # The lease record exists before the pane does (read without a lock, as lists do).
-        while not started:
+
+        # The lease record exists before the pane does (read without a lock, as lists
+        # do): every state it shows until the start returns.
+        def look() -> bool:
             for lease in pane_lease_records(coord.state).values():
                 if lease.name == "s21" and (not seen or seen[-1] != lease.state):
                     seen.append(lease.state)
-            await anyio.sleep(0.005)
+            return bool(started)
+
+        assert await eventually(look, 60, interval_s=0.005), "the start never returned"
     assert seen[0] == "provisioning" and set(seen) <= {"provisioning", "active"}, seen
     assert (await lease_of(coord, "reviewer", started["lease_id"]))["state"] == "active"
     assert (await pane_info(coord.tools, "s21"))["lease"]["lease_id"] == started["lease_id"]

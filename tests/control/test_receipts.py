@@ -366,6 +366,31 @@ async def test_a_closing_or_releasing_lease_refuses_new_prompts(coord: Coord) ->
     assert [c["status"]["state"] for c in done["completed"]] == ["done"], done
     assert "not now" not in done["completed"][0]["output"]
 
+    # A close under way: the program is stopped, so the worker's close waits out its
+    # kill grace, and the lease reads `closing` meanwhile.
+    seq = done["completed"][0]["status"]["seq"]
+    pane = await pane_info(coord.tools, "s18")
+    program = send_signal(pane["pid"], signal.SIGSTOP)
+    closed: dict[str, Any] = {}
+
+    async def close() -> None:
+        closed.update(
+            await ctl.call("reviewer_close", lease_id=lease["lease_id"], expected_seq=seq)
+        )
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(close)
+            closing = await eventually(
+                lambda: pane_lease_records(coord.state)[lease["lease_id"]].state == "closing", 20
+            )
+            assert closing, "the lease never read closing"
+            refused = await ctl.error("relay", name="s18", text="while closing")
+            assert refused["code"] == "lease_state", refused
+    finally:
+        sigkill_all([program])
+    assert closed["state"] == "closed", closed
+
 
 async def test_a_recreated_pane_fails_its_receipts_as_identity_changed(coord: Coord) -> None:
     # Scenario 19: the pane's worker dies mid-turn; the lease is reconciled and a new
