@@ -141,6 +141,8 @@ async def finish_close(
         lease = leases.save(lease, capture_sha256=digest(screen.text))
         try:
             closed, _killed = await lifecycle.close_at(pane, job.expected_seq, CAPTURE_LINES)
+        # Only a refused close is undone. Cancelled, the worker may be closing the pane:
+        # the lease stays `closing` with its capture, and the next close finishes it.
         except PanewardenError as exc:
             if exc.code is ErrorCode.WORKER_LOST and pane.handle.dead:
                 # The worker died in the closing step (its reply can lose the race with
@@ -151,8 +153,6 @@ async def finish_close(
             if leases.pane_of(lease) is not None:
                 leases.save(lease, state=job.previous, **job.before)
             raise
-        # Cancelled: the worker may be closing the pane; the lease stays `closing`
-        # with its capture, and the next close finishes it.
         return leases.save(
             lease,
             state=job.final_state,

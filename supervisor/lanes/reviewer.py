@@ -111,6 +111,7 @@ class ReviewerLanes:
             pane = await self._lifecycle.start_pane(
                 name, profile, cwd=cwd, extra_args=extra, lease=tag, on_spawn=spawned
             )
+            return self._leases.save(lease, state="active", instance=pane.handle.instance)
         except PanewardenError as exc:
             self._leases.save(lease, state="failed_closed", failure=exc.code.value)
             raise
@@ -119,7 +120,6 @@ class ReviewerLanes:
             raise
         finally:
             self._leases.unclaim(lease.lease_id)
-        return self._leases.save(lease, state="active", instance=pane.handle.instance)
 
     def _model_args(self, profile: str, model: str | None, effort: str | None) -> list[str] | None:
         if model is None and effort is None:
