@@ -96,11 +96,12 @@ class Controller:
         return await self.tools.error(tool, creds=self.creds, **args)
 
     async def reviewer(self, name: str, profile: str = "demo") -> dict[str, Any]:
-        """Start a reviewer pane; returns its (active) lease."""
+        """Start a reviewer pane and wait until its program is idle; returns its lease."""
         lease = await self.call(
             "reviewer_start", name=name, profile=profile, cwd="/", purpose=f"review {name}"
         )
         assert lease["state"] == "active", lease
+        await self.tools.wait(name, until=["idle"])
         return lease
 
 

@@ -343,11 +343,12 @@ async def test_a_close_cut_short_after_the_worker_closed_keeps_its_capture(
         args = {"creds": ctl.creds, "lease_id": lease["lease_id"], "expected_seq": idle["seq"]}
         async with anyio.create_task_group() as group:
             group.start_soon(call_or_die_quietly, tools, "reviewer_close", args)
-            closing = await eventually(
-                lambda: pane_lease_records(running.state)[lease["lease_id"]].state == "closing", 20
+            captured = await eventually(
+                lambda: pane_lease_records(running.state)[lease["lease_id"]].capture_sha256, 20
             )
-            assert closing, "the lease never read closing"
+            assert captured, "the closing lease never recorded its capture"
             record = pane_lease_records(running.state)[lease["lease_id"]]
+            assert record.state == "closing"
             running.service.remember_children()
             assert running.service.proc is not None
             running.service.proc.kill()
