@@ -31,7 +31,7 @@ from tests.control.support import (
 )
 from tests.faults import seeded_rng
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = pytest.mark.anyio
 
 SETTLE_S = 30.0
 
@@ -94,6 +94,7 @@ async def take_over(
         await anyio.sleep(0.02)  # polling for the expiry, bounded by the deadline
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 async def test_two_controllers_race_acquire_200_times(http_coords: HttpCoords) -> None:
     rng, seed = seeded_rng("test_two_controllers_race_acquire_200_times")
@@ -140,6 +141,7 @@ async def test_two_controllers_race_acquire_200_times(http_coords: HttpCoords) -
     print(f"seed {seed}: wins {wins}")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 async def test_batch_handoff_racing_a_takeover_fails_whole_or_completes(
     http_coords: HttpCoords,
@@ -194,6 +196,7 @@ async def test_batch_handoff_racing_a_takeover_fails_whole_or_completes(
     print(f"seed {seed}: {seen}")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 async def test_sixteen_clients_with_their_own_leases_and_panes(http_coords: HttpCoords) -> None:
     names = [f"client{i:02d}" for i in range(16)]

@@ -247,7 +247,7 @@ async def test_inventory_shows_unleased_then_matched_after_adoption(coord: Coord
     assert (await other.error("pane_adopt", name="s27", expected_seq=idle["seq"], **adopt))[
         "code"
     ] == "pane_leased"
-    reviewer = await other.reviewer("s27-reviewed")
+    await other.reviewer("s27-reviewed")
     at = await coord.tools.wait("s27-reviewed", until=["idle"])
     assert (await ctl.error("pane_adopt", name="s27-reviewed", expected_seq=at["seq"], **adopt))[
         "code"
@@ -274,7 +274,6 @@ async def test_inventory_shows_unleased_then_matched_after_adoption(coord: Coord
         for x in (await coord.tools.call("adopted_list"))["leases"]
         if x["name"] == "s27"
     ] == [lease["lease_id"]]
-    del reviewer
 
 
 def test_a_controller_cannot_adopt_its_own_pane(tmp_path: Any) -> None:
