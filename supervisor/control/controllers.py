@@ -127,6 +127,11 @@ class ControllerAuthority:
             raise _refused("name no lease of that controller")
         if not token_matches(creds.fence_token, lease.fence_sha256) or lease.identity != identity:
             raise _refused("do not match the lease")
+        current = self.current(lease.controller_id)
+        if current is None or current.lease_id != lease.lease_id:
+            # A crash between writing a successor and marking this one superseded
+            # leaves it `active` on disk: the successor alone holds the authority.
+            raise _refused("were superseded by a resume or a takeover")
         self._check_live(lease)
         return lease
 

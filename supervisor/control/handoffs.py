@@ -461,8 +461,8 @@ async def _turn_settle(
     pane: Pane, cursor: int, turn: int, timeout_s: float
 ) -> PaneStatusFields | None:
     """The settle of ``turn``: its first settled status after ``cursor`` — a ``blocked``
-    one only while it is the pane's latest (answered, the turn goes on) — or the pane's
-    end. None on timeout.
+    one only while it is the pane's latest and not answered (answered, the turn goes on,
+    even before the program reported so) — or the pane's end. None on timeout.
 
     Raises:
         PanewardenError: ``cursor_mismatch`` when a later turn began and the settle of
@@ -483,8 +483,10 @@ async def _turn_settle(
                 "the pane moved to a later turn; this turn's result is no longer known",
             )
         if status.turn == turn and _settled(status):
-            if status.state == "blocked" and pane.status.seq > status.seq:
-                continue  # the dialog was answered: the turn went on
+            if status.state == "blocked" and (
+                pane.status.seq > status.seq or status.seq <= pane.answered_seq
+            ):
+                continue  # the dialog was answered: the turn goes on
             return status
     return None
 

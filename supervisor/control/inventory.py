@@ -98,6 +98,9 @@ class LeaseInventory:
                 )
             if lease.state not in RETAINED_STATES:
                 return {"lease_id": lease_id, "action": "none", "state": lease.state}
+            if self._leases.claimed(lease_id):
+                # Its pane is being started or closed right now: not gone, not yet.
+                return {"lease_id": lease_id, "action": "preserved", "state": lease.state}
             pane = self._registry.panes.get(lease.name)
             gone = (
                 pane is None

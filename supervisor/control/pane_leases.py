@@ -4,7 +4,9 @@ A pane with a retained lease carries a ``LeaseTag`` (lease id, type, controller)
 ``send_input`` and ``remove_pane`` refuse it (``pane_leased``), the watchdog leaves it
 alone, and ``list_panes`` shows it. The lease record names the pane *instance*: a pane
 re-created under the same name is not that lease's pane. After a restart the tags are
-put back from the records.
+put back from the records. A lease whose pane is being started or closed is *claimed*
+for that time: the store locks are not held across the worker step, and the claim keeps
+every other change off the lease meanwhile.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class PaneLeases:
         self._stores = stores
         self._registry = registry
         self._clock = clock
+        # Leases whose pane is being started or closed by this service right now.
+        self._claimed: set[str] = set()
 
     def now(self) -> float:
         """The wall clock the records use."""
@@ -63,6 +67,25 @@ class PaneLeases:
         updated = msgspec.structs.replace(lease, updated_at=self._clock(), **changes)
         self._stores.pane_leases[lease.lease_type].save(updated.lease_id, updated)
         return updated
+
+    def claim(self, lease: PaneLease) -> None:
+        """Mark ``lease``'s pane start or close as under way (call under the lease's
+        store lock). The worker step then runs without the store locks, so one slow
+        pane never holds up other calls; every other change of a lease checks
+        ``claimed`` first. Raises ``pane_busy`` if one is under way already."""
+        if lease.lease_id in self._claimed:
+            raise PanewardenError(
+                ErrorCode.PANE_BUSY, f"lease {lease.lease_id} is being started or closed"
+            )
+        self._claimed.add(lease.lease_id)
+
+    def unclaim(self, lease_id: str) -> None:
+        """The start or close of ``lease_id`` is over (done, refused or failed)."""
+        self._claimed.discard(lease_id)
+
+    def claimed(self, lease_id: str) -> bool:
+        """True while a start or close of ``lease_id`` is under way."""
+        return lease_id in self._claimed
 
     def retained_for(self, name: str) -> PaneLease | None:
         """The retained lease naming pane ``name``, if any."""
@@ -98,6 +121,22 @@ class PaneLeases:
                 self.tag(pane, lease)
                 tagged += 1
         return tagged
+
+    def finish_interrupted_closes(self) -> int:
+        """After a restart: a lease a crash left ``closing`` whose pane did not survive
+        was closed by its worker; its capture was recorded before the close, so it is
+        ``closed`` now. One whose pane runs stays ``closing`` (retained, refusing
+        prompts) until its next close finishes it. Returns how many were closed."""
+        closed = 0
+        for lease in self.all():
+            if (
+                lease.state == "closing"
+                and lease.capture_sha256 is not None
+                and self.pane_of(lease) is None
+            ):
+                self.save(lease, state="closed")
+                closed += 1
+        return closed
 
     def held(self, controller_id: str, name: str) -> tuple[Pane, PaneLease]:
         """Pane ``name`` and its active lease, which ``controller_id`` must hold.

@@ -30,8 +30,10 @@ class ControlService:
         )
 
     def start(self) -> None:
-        """Put the lease tags back on the panes that survived a restart."""
+        """Put the lease tags back on the panes that survived a restart, and close the
+        leases whose close a crash interrupted after their pane was gone."""
         self.leases.restore_tags()
+        self.leases.finish_interrupted_closes()
 
     def store_report(self) -> dict[str, Any]:
         """Each store's lock state and quarantined records (no pid, lock id or token)."""

@@ -16,7 +16,8 @@ from supervisor.control.fences import new_id
 from supervisor.control.pane_leases import PaneLeases
 from supervisor.control.records import RECORD_VERSION, PaneLease
 from supervisor.control.stores import ControlStores
-from supervisor.lanes.closing import check_closable, close_leased
+from supervisor.lanes.closing import begin_close, check_closable, finish_close
+from supervisor.panes.driving import PaneDriver
 from supervisor.panes.lifecycle import PaneLifecycle
 from supervisor.panes.registry import PaneRegistry
 
@@ -31,12 +32,14 @@ class AdoptedPanes:
         leases: PaneLeases,
         registry: PaneRegistry,
         lifecycle: PaneLifecycle,
+        driver: PaneDriver,
     ) -> None:
         self._stores = stores
         self._authority = authority
         self._leases = leases
         self._registry = registry
         self._lifecycle = lifecycle
+        self._driver = driver
 
     def leases(self) -> list[PaneLease]:
         """Every adopted-pane lease, oldest first."""
@@ -98,16 +101,17 @@ class AdoptedPanes:
                 raise PanewardenError(
                     ErrorCode.LEASE_CONFLICT, f"adopted lease {lease_id} is another controller's"
                 )
-            if lease.state != "active":
+            # `closing`: a close a crash interrupted, finished now.
+            if lease.state not in ("active", "closing"):
                 raise PanewardenError(
                     ErrorCode.LEASE_STATE, f"adopted lease {lease_id} is {lease.state}"
                 )
-            return await close_leased(
+            job = begin_close(
                 self._leases,
-                self._lifecycle,
                 lease,
                 expected_seq,
                 "closed",
                 checkpoint_ref=checkpoint_ref,
                 checkpoint_sha256=checkpoint_sha256,
             )
+        return await finish_close(self._leases, self._lifecycle, self._driver, job)

@@ -4,23 +4,39 @@ The close is conditional on ``expected_seq``: the supervisor refuses a pane that
 working or blocked, and the worker refuses (``cursor_mismatch``) if the pane's seq is
 no longer the expected one — so nothing the pane did after the caller looked is lost
 unseen. The lease records the SHA-256 of the captured text (never the text) and the
-seq it was captured at. While the close runs the lease reads ``closing`` (a writer's
-``releasing``); a refused close puts it back as it was.
+seq it was captured at.
+
+A close has two halves. ``begin_close`` runs under the lease's store lock, after the
+fence check: it checks the pane, writes the lease ``closing`` (``releasing`` for a
+writer's release) and claims it (see ``PaneLeases.claim``). ``finish_close`` runs without the store locks, so a slow close
+never holds up other calls: it captures the screen at ``expected_seq`` and records that
+capture's digest on the lease *before* the worker is asked to close, so a crash never
+loses the capture of a pane it closed; the worker's own capture, taken in the closing
+step, then replaces it (the same unless the screen changed without a status change). A
+refused close puts the lease back as it was. A lease a crash left ``closing`` is
+finished by the next close: closed with its recorded capture if the pane is gone (the
+worker closed it), closed again if it still runs; at a restart, one whose pane did not
+survive is closed at once (``PaneLeases.finish_interrupted_closes``).
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.errors import ErrorCode, PanewardenError
+from protocol.messages import ReadScreen, ScreenText
 from supervisor.control.pane_leases import PaneLeases
 from supervisor.control.records import PaneLease, PaneLeaseState
+from supervisor.panes.driving import PaneDriver
 from supervisor.panes.lifecycle import PaneLifecycle
 from supervisor.panes.pane import Pane
 
 CAPTURE_LINES = 10_000
 BUSY_STATES = frozenset({"working", "blocked"})
+# What a close writes on the lease (cleared again if the close is refused).
+CLOSE_FIELDS = ("closed_seq", "capture_sha256", "checkpoint_ref", "checkpoint_sha256")
 
 
 def check_closable(pane: Pane, expected_seq: int) -> None:
@@ -38,42 +54,113 @@ def check_closable(pane: Pane, expected_seq: int) -> None:
         )
 
 
-async def close_leased(
+def digest(text: str | None) -> str:
+    """The SHA-256 a lease records for a captured text."""
+    return hashlib.sha256((text or "").encode()).hexdigest()
+
+
+@dataclass
+class CloseJob:
+    """A close admitted by ``begin_close`` and run by ``finish_close``."""
+
+    lease: PaneLease
+    # None: the pane is gone after a close a crash interrupted; only the record is left.
+    pane: Pane | None
+    expected_seq: int
+    final_state: PaneLeaseState
+    previous: PaneLeaseState
+    before: dict[str, Any] = field(default_factory=dict)
+
+
+def begin_close(
     leases: PaneLeases,
-    lifecycle: PaneLifecycle,
     lease: PaneLease,
     expected_seq: int,
     final_state: PaneLeaseState,
     *,
     interim: PaneLeaseState = "closing",
     **record: Any,
-) -> PaneLease:
-    """Capture and close ``lease``'s pane at ``expected_seq``; returns the closed lease.
+) -> CloseJob:
+    """Check and admit a close of ``lease``'s pane at ``expected_seq``: the lease reads
+    ``closing`` (with ``record``) and is claimed. Call under the lease's store lock.
 
     Raises:
         PanewardenError: ``lease_state`` when the pane is gone (reconcile the lease),
-            ``cursor_mismatch``, ``pane_busy``, ``worker_lost``.
+            ``cursor_mismatch``, ``pane_busy`` (working, blocked, or being started or
+            closed already).
     """
+    if leases.claimed(lease.lease_id):
+        raise PanewardenError(
+            ErrorCode.PANE_BUSY, f"lease {lease.lease_id} is being started or closed"
+        )
+    # An interrupted close (`closing`/`releasing` after a crash) goes back to active if
+    # refused.
+    interrupted = lease.state in ("closing", "releasing")
+    previous: PaneLeaseState = "active" if interrupted else lease.state
+    before = {name: None if interrupted else getattr(lease, name) for name in CLOSE_FIELDS}
     pane = leases.pane_of(lease)
-    if pane is None:
+    if pane is None and not (interrupted and lease.capture_sha256 is not None):
         raise PanewardenError(
             ErrorCode.LEASE_STATE,
             f"the pane of lease {lease.lease_id} is gone; reconcile the lease",
         )
-    check_closable(pane, expected_seq)
-    previous = lease.state
-    closing = leases.save(lease, state=interim)
+    if pane is not None:
+        check_closable(pane, expected_seq)
+        lease = leases.save(lease, state=interim, closed_seq=expected_seq, **record)
+    leases.claim(lease)
+    return CloseJob(lease, pane, expected_seq, final_state, previous, before)
+
+
+async def finish_close(
+    leases: PaneLeases, lifecycle: PaneLifecycle, driver: PaneDriver, job: CloseJob
+) -> PaneLease:
+    """Capture and close the pane of an admitted close, without the store locks (the
+    lease is claimed); returns the closed lease and releases the claim.
+
+    A worker that dies in the closing step leaves the lease ``closed`` with the capture
+    taken at ``expected_seq`` (its pane is gone either way).
+
+    Raises:
+        PanewardenError: ``cursor_mismatch`` (the pane moved: left untouched),
+            ``worker_lost`` (before the capture), ``timeout``; the lease is then put
+            back as it was.
+    """
+    lease, pane = job.lease, job.pane
     try:
-        closed, _killed = await lifecycle.close_at(pane, expected_seq, CAPTURE_LINES)
-    except PanewardenError:
-        if leases.pane_of(closing) is not None:
-            leases.save(closing, state=previous)
-        raise
-    captured = closed.captured or ""
-    return leases.save(
-        closing,
-        state=final_state,
-        closed_seq=closed.seq,
-        capture_sha256=hashlib.sha256(captured.encode()).hexdigest(),
-        **record,
-    )
+        if pane is None:
+            # The worker closed the pane before a crash; its capture is recorded.
+            return leases.save(lease, state=job.final_state)
+        try:
+            screen = await driver.rpc(
+                pane,
+                lambda rid: ReadScreen(
+                    rid=rid, lines=CAPTURE_LINES, scrollback=True, expected_seq=job.expected_seq
+                ),
+            )
+            assert isinstance(screen, ScreenText)
+        except PanewardenError:
+            leases.save(lease, state=job.previous, **job.before)
+            raise
+        lease = leases.save(lease, capture_sha256=digest(screen.text))
+        try:
+            closed, _killed = await lifecycle.close_at(pane, job.expected_seq, CAPTURE_LINES)
+        # Only a refused close is undone. Cancelled, the worker may be closing the pane:
+        # the lease stays `closing` with its capture, and the next close finishes it.
+        except PanewardenError as exc:
+            if exc.code is ErrorCode.WORKER_LOST and pane.handle.dead:
+                # The worker died in the closing step (its reply can lose the race with
+                # its exit): the pane is gone either way, its processes killed, and its
+                # capture at expected_seq is recorded.
+                await lifecycle.remove(pane)
+                return leases.save(lease, state=job.final_state)
+            if leases.pane_of(lease) is not None:
+                leases.save(lease, state=job.previous, **job.before)
+            raise
+        return leases.save(
+            lease,
+            state=job.final_state,
+            closed_seq=closed.seq,
+            capture_sha256=digest(closed.captured),
+        )
+    finally:
+        leases.unclaim(lease.lease_id)

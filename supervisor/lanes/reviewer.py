@@ -1,9 +1,10 @@
 """Reviewer lanes: a pane started from a profile under a controller's lease.
 
 ``start``: under the controller and reviewer locks, after the fence check, a
-``provisioning`` lease is written first (naming the pane); the pane is then started
-already tagged with the lease, and the lease records the worker's instance before the
-pane is visible, then turns ``active``. A start that fails leaves the lease
+``provisioning`` lease is written first (naming the pane) and claimed; the pane is then
+started — without the store locks, so a slow start holds up no other call — already
+tagged with the lease, and the lease records the worker's instance before the pane is
+visible, then turns ``active``. A start that fails leaves the lease
 ``failed_closed`` and nothing running. A leased pane refuses plain ``send_input`` and
 ``remove_pane``; it takes prompts through ``relay``/``handoff`` and is closed by
 ``close`` (capture + close in one worker step at ``expected_seq``) or ``cleanup``.
@@ -20,7 +21,8 @@ from supervisor.control.fences import new_id
 from supervisor.control.pane_leases import PaneLeases
 from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease
 from supervisor.control.stores import ControlStores
-from supervisor.lanes.closing import BUSY_STATES, close_leased
+from supervisor.lanes.closing import BUSY_STATES, CloseJob, begin_close, finish_close
+from supervisor.panes.driving import PaneDriver
 from supervisor.panes.lifecycle import PaneLifecycle
 from supervisor.panes.pane import LeaseTag, Pane
 
@@ -50,11 +52,13 @@ class ReviewerLanes:
         authority: ControllerAuthority,
         leases: PaneLeases,
         lifecycle: PaneLifecycle,
+        driver: PaneDriver,
     ) -> None:
         self._stores = stores
         self._authority = authority
         self._leases = leases
         self._lifecycle = lifecycle
+        self._driver = driver
 
     def leases(self) -> list[PaneLease]:
         """Every reviewer lease, oldest first."""
@@ -93,24 +97,29 @@ class ReviewerLanes:
                 cwd=cwd,
             )
             self._stores.pane_leases["reviewer"].save(lease.lease_id, lease)
-            tag = LeaseTag(lease.lease_id, "reviewer", ctl.controller_id)
+            self._leases.claim(lease)
+        # The pane starts without the store locks: the claimed `provisioning` lease
+        # holds the name, and nothing else changes the lease meanwhile.
+        tag = LeaseTag(lease.lease_id, "reviewer", ctl.controller_id)
 
-            def spawned(instance: str) -> None:
-                nonlocal lease
-                lease = self._leases.save(lease, instance=instance)
+        def spawned(instance: str) -> None:
+            nonlocal lease
+            lease = self._leases.save(lease, instance=instance)
 
-            try:
-                extra = self._model_args(profile, model, effort)
-                pane = await self._lifecycle.start_pane(
-                    name, profile, cwd=cwd, extra_args=extra, lease=tag, on_spawn=spawned
-                )
-            except PanewardenError as exc:
-                self._leases.save(lease, state="failed_closed", failure=exc.code.value)
-                raise
-            except BaseException:
-                self._leases.save(lease, state="failed_closed", failure="cancelled")
-                raise
+        try:
+            extra = self._model_args(profile, model, effort)
+            pane = await self._lifecycle.start_pane(
+                name, profile, cwd=cwd, extra_args=extra, lease=tag, on_spawn=spawned
+            )
             return self._leases.save(lease, state="active", instance=pane.handle.instance)
+        except PanewardenError as exc:
+            self._leases.save(lease, state="failed_closed", failure=exc.code.value)
+            raise
+        except BaseException:
+            self._leases.save(lease, state="failed_closed", failure="cancelled")
+            raise
+        finally:
+            self._leases.unclaim(lease.lease_id)
 
     def _model_args(self, profile: str, model: str | None, effort: str | None) -> list[str] | None:
         if model is None and effort is None:
@@ -137,16 +146,19 @@ class ReviewerLanes:
         async with self._stores.locks.hold("controller", "reviewer"):
             ctl = self._authority.check(identity, creds)
             lease = self._own(ctl.controller_id, lease_id)
-            if lease.state not in ("active", "provisioning"):
+            # `closing`: a close a crash interrupted, finished now.
+            if lease.state not in ("active", "provisioning", "closing"):
                 raise PanewardenError(
                     ErrorCode.LEASE_STATE, f"reviewer lease {lease_id} is {lease.state}"
                 )
-            return await close_leased(self._leases, self._lifecycle, lease, expected_seq, "closed")
+            job = begin_close(self._leases, lease, expected_seq, "closed")
+        return await finish_close(self._leases, self._lifecycle, self._driver, job)
 
     async def cleanup(self, identity: str, creds: Credentials, dry_run: bool) -> CleanupReport:
         """Close every settled reviewer pane of this controller; keep (and say why) the
         working, blocked, gone or mismatched ones."""
         report = CleanupReport(dry_run)
+        jobs: list[CloseJob] = []
         async with self._stores.locks.hold("controller", "reviewer"):
             ctl = self._authority.check(identity, creds)
             for lease in self.leases():
@@ -158,17 +170,26 @@ class ReviewerLanes:
                     report.preserved.append({"lease_id": lease.lease_id, "reason": reason})
                     continue
                 assert pane is not None
-                if not dry_run:
-                    try:
-                        await close_leased(
-                            self._leases, self._lifecycle, lease, pane.status.seq, "closed"
-                        )
-                    except PanewardenError as exc:
-                        report.preserved.append(
-                            {"lease_id": lease.lease_id, "reason": exc.code.value}
-                        )
-                        continue
-                report.closed.append(lease.lease_id)
+                if dry_run:
+                    report.closed.append(lease.lease_id)
+                    continue
+                try:
+                    jobs.append(begin_close(self._leases, lease, pane.status.seq, "closed"))
+                except PanewardenError as exc:
+                    report.preserved.append({"lease_id": lease.lease_id, "reason": exc.code.value})
+        try:
+            for job in jobs:
+                try:
+                    await finish_close(self._leases, self._lifecycle, self._driver, job)
+                except PanewardenError as exc:
+                    report.preserved.append(
+                        {"lease_id": job.lease.lease_id, "reason": exc.code.value}
+                    )
+                    continue
+                report.closed.append(job.lease.lease_id)
+        finally:
+            for job in jobs:
+                self._leases.unclaim(job.lease.lease_id)
         return report
 
     def _own(self, controller_id: str, lease_id: str) -> PaneLease:
@@ -183,7 +204,7 @@ class ReviewerLanes:
 def _kept_because(lease: PaneLease, pane: Pane | None) -> str | None:
     if lease.state != "active":
         return f"lease is {lease.state}"
-    if pane is None:
+    if pane is None or pane.status.lifecycle == "lost":
         return "pane gone or re-created (reconcile the lease)"
     if pane.status.lifecycle == "running" and pane.status.state in BUSY_STATES:
         return f"pane is {pane.status.state}"

@@ -19,10 +19,15 @@ class LaneService:
         # Git and Bubblewrap run as the pane core's managed helpers (safe from its sweep).
         self.git = Git(panes.children.run, environ)
         self.reviewers = ReviewerLanes(
-            control.stores, control.authority, control.leases, panes.lifecycle
+            control.stores, control.authority, control.leases, panes.lifecycle, panes.driver
         )
         self.adopted = AdoptedPanes(
-            control.stores, control.authority, control.leases, panes.registry, panes.lifecycle
+            control.stores,
+            control.authority,
+            control.leases,
+            panes.registry,
+            panes.lifecycle,
+            panes.driver,
         )
         self.writers = WriterLanes(
             control.stores,
@@ -30,6 +35,7 @@ class LaneService:
             control.leases,
             panes.registry,
             panes.lifecycle,
+            panes.driver,
             self.git,
         )
         self.verifications = Verifications(

@@ -39,9 +39,10 @@ from supervisor.control.fences import new_id
 from supervisor.control.pane_leases import PaneLeases
 from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease, WriterTerms
 from supervisor.control.stores import ControlStores
-from supervisor.lanes.closing import close_leased
+from supervisor.lanes.closing import begin_close, finish_close
 from supervisor.lanes.git import Git
 from supervisor.lanes.scopes import first_overlap, normalise_scopes
+from supervisor.panes.driving import PaneDriver
 from supervisor.panes.lifecycle import PaneLifecycle
 from supervisor.panes.pane import LeaseTag
 from supervisor.panes.registry import PaneRegistry
@@ -111,8 +112,10 @@ class WriterLanes:
         leases: PaneLeases,
         registry: PaneRegistry,
         lifecycle: PaneLifecycle,
+        driver: PaneDriver,
         git: Git,
     ) -> None:
+        self._driver = driver
         self._stores = stores
         self._authority = authority
         self._leases = leases
@@ -164,23 +167,28 @@ class WriterLanes:
             # Written before the pane exists: a crash from here on leaves a retained
             # lease that blocks every conflicting writer until it is reconciled.
             self._stores.pane_leases["writer"].save(lease.lease_id, lease)
-            tag = LeaseTag(lease.lease_id, "writer", ctl.controller_id)
+            self._leases.claim(lease)
+        # The pane starts without the store locks: the claimed `provisioning` lease holds
+        # the name and the scopes, and nothing else changes the lease meanwhile.
+        tag = LeaseTag(lease.lease_id, "writer", ctl.controller_id)
 
-            def spawned(instance: str) -> None:
-                nonlocal lease
-                lease = self._leases.save(lease, instance=instance)
+        def spawned(instance: str) -> None:
+            nonlocal lease
+            lease = self._leases.save(lease, instance=instance)
 
-            try:
-                pane = await self._lifecycle.start_pane(
-                    req.name, req.profile, cwd=terms.worktree, lease=tag, on_spawn=spawned
-                )
-            except PanewardenError as exc:
-                self._leases.save(lease, state="failed_closed", failure=exc.code.value)
-                raise
-            except BaseException:
-                self._leases.save(lease, state="failed_closed", failure="cancelled")
-                raise
+        try:
+            pane = await self._lifecycle.start_pane(
+                req.name, req.profile, cwd=terms.worktree, lease=tag, on_spawn=spawned
+            )
             return self._leases.save(lease, state="active", instance=pane.handle.instance)
+        except PanewardenError as exc:
+            self._leases.save(lease, state="failed_closed", failure=exc.code.value)
+            raise
+        except BaseException:
+            self._leases.save(lease, state="failed_closed", failure="cancelled")
+            raise
+        finally:
+            self._leases.unclaim(lease.lease_id)
 
     async def _admit(self, req: WriterRequest, owned: list[str], locked: list[str]) -> WriterTerms:
         """Read Git and check the evidence; the terms to record."""
@@ -280,24 +288,24 @@ class WriterLanes:
                 terms, release_head=head, release_status_sha256=status_sha256
             )
             self._authority.check(identity, creds)  # still live after reading Git
-            try:
-                return await close_leased(
-                    self._leases,
-                    self._lifecycle,
-                    lease,
-                    req.expected_seq,
-                    "released",
-                    interim="releasing",
-                    checkpoint_ref=req.checkpoint_ref,
-                    checkpoint_sha256=req.checkpoint_sha256,
-                    writer=released_terms,
-                )
-            except PanewardenError as exc:
-                current = self._leases.get("writer", lease.lease_id)
-                if current.state == "releasing":
-                    # The pane went away under the close: the release did not finish.
-                    self._leases.save(current, state="release_failed", failure=exc.code.value)
-                raise
+            job = begin_close(
+                self._leases,
+                lease,
+                req.expected_seq,
+                "released",
+                interim="releasing",
+                checkpoint_ref=req.checkpoint_ref,
+                checkpoint_sha256=req.checkpoint_sha256,
+                writer=released_terms,
+            )
+        try:
+            return await finish_close(self._leases, self._lifecycle, self._driver, job)
+        except PanewardenError as exc:
+            current = self._leases.get("writer", lease.lease_id)
+            if current.state == "releasing":
+                # The pane went away under the close: the release did not finish.
+                self._leases.save(current, state="release_failed", failure=exc.code.value)
+            raise
 
     async def _evidence(self, terms: WriterTerms) -> tuple[str, str]:
         """HEAD and status digest of a lane's worktree, on its branch, as they are now."""

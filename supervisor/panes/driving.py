@@ -113,6 +113,7 @@ class PaneDriver:
             lambda rid: AnswerDialog(rid=rid, answer=answer, expect_turn=expect_turn),
         )
         assert isinstance(reply, Ok)
+        pane.answered_seq = max(pane.answered_seq, reply.seq)
         return reply.seq, reply.turn
 
     # ------------------------------------------------------------ waits

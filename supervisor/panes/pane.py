@@ -70,6 +70,9 @@ class Pane:
     closing: bool = False
     lease: LeaseTag | None = None
     watchdog: WatchdogConfig | None = None
+    # The cursor of the last dialog answer delivered: a `blocked` status at or before it
+    # was answered, even while the program has not reported what it did next.
+    answered_seq: int = -1
 
     def observe(self, status: PaneStatusFields) -> None:
         """Take a record the worker made, if it is newer than what we have; wake waiters."""

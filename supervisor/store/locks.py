@@ -11,8 +11,17 @@ boot id, the host name and a random lock id. Its state is one of:
 - ``indeterminate``: written on another host, or unreadable: it is never taken on a
   guess; an operator must look.
 
+A process that exited counts as gone even before its parent reaps it (a zombie keeps
+its pid and start time, and would otherwise hold the lock until reaped).
+
 Taking a lock waits (bounded by ``wait_s``) while it is active, removes and takes a
 stale one, and gives up with ``store_busy`` on an indeterminate one or at the deadline.
+The look at the lock file and the removal or creation that follows happen under an
+``flock`` on ``<store>.lock.guard`` (released by the kernel if its holder dies, held
+for that one step only): two takers can never both remove a stale lock and each
+create their own, nor remove a lock another just created. The lock record is written
+to a temp file and linked into place whole, so no reader ever sees it half written
+(and mistakes it for an unreadable, indeterminate one).
 Inside the supervisor an ``asyncio.Lock`` per store orders callers first, so the file
 is only contended across processes (a crash test's writer, a second tool). Operations
 that need several stores take them in ``STORE_ORDER``, always, so two of them can never
@@ -24,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import fcntl
 import os
 import secrets
 import socket
@@ -35,7 +45,7 @@ import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.safe_files import FileReadError, read_regular_file
-from supervisor.procfs import process_start_ticks
+from supervisor.procfs import is_zombie, process_start_ticks
 from supervisor.store.statedir import ensure_private_dir
 
 STORE_ORDER = ("controller", "reviewer", "writer", "adopted", "receipts", "verifications")
@@ -113,9 +123,41 @@ def _state_of(info: LockInfo) -> LockState:
     if info.boot_id != boot_id():
         return LockState.STALE
     ticks = process_start_ticks(info.pid)
-    if ticks is None or ticks != info.start_ticks:
+    if ticks is None or ticks != info.start_ticks or is_zombie(info.pid):
         return LockState.STALE
     return LockState.ACTIVE
+
+
+@contextlib.contextmanager
+def _guarded(lock_path: Path) -> Iterator[bool]:
+    """Hold the guard of ``lock_path`` for one step, if no other process holds it now
+    (never waits: the caller polls); yields whether it is held."""
+    guard = lock_path.with_name(lock_path.name + ".guard")
+    fd = os.open(guard, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def _publish(path: Path, info: LockInfo) -> None:
+    """Create the lock file ``path`` with its whole record at once (FileExistsError if
+    there is one)."""
+    tmp = path.with_name(f".{path.name}.{info.lock_id}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.write(fd, msgspec.json.encode(info))
+        finally:
+            os.close(fd)
+        os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
 
 
 class FileLock:
@@ -127,33 +169,24 @@ class FileLock:
 
     def try_take(self) -> LockState:
         """Take the lock if it is free or stale; returns ABSENT when taken now, else the
-        state that keeps it (ACTIVE or INDETERMINATE)."""
+        state that keeps it (ACTIVE or INDETERMINATE; ACTIVE too while another process
+        is taking or breaking it)."""
         mine = own_lock_info()
-        for _ in range(3):
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            except FileExistsError:
-                state = classify(self.path)
-                if state is LockState.STALE:
-                    self._remove_if_unchanged(state)
-                    continue
-                if state is LockState.ABSENT:
-                    continue  # released between our open and our look
+        with _guarded(self.path) as guarded:
+            if not guarded:
+                return LockState.ACTIVE
+            state = classify(self.path)
+            if state is LockState.STALE:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
+            elif state is not LockState.ABSENT:
                 return state
             try:
-                os.write(fd, msgspec.json.encode(mine))
-            finally:
-                os.close(fd)
+                _publish(self.path, mine)
+            except FileExistsError:
+                return LockState.ACTIVE  # a taker that does not use the guard
             self._held = mine
             return LockState.ABSENT
-        return LockState.ACTIVE
-
-    def _remove_if_unchanged(self, seen: LockState) -> None:
-        # Only the stale record we looked at is removed, never one written since.
-        info = read_lock(self.path)
-        if isinstance(info, LockInfo) and _state_of(info) is seen:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
 
     def release(self) -> None:
         """Remove the lock file if it is still ours."""
