@@ -8,15 +8,16 @@ seq it was captured at.
 
 A close has two halves. ``begin_close`` runs under the lease's store lock, after the
 fence check: it checks the pane, writes the lease ``closing`` (``releasing`` for a
-writer's release) and claims it (see ``PaneLeases.claim``). ``finish_close`` runs without the store locks, so a slow close
-never holds up other calls: it captures the screen at ``expected_seq`` and records that
-capture's digest on the lease *before* the worker is asked to close, so a crash never
-loses the capture of a pane it closed; the worker's own capture, taken in the closing
-step, then replaces it (the same unless the screen changed without a status change). A
-refused close puts the lease back as it was. A lease a crash left ``closing`` is
-finished by the next close: closed with its recorded capture if the pane is gone (the
-worker closed it), closed again if it still runs; at a restart, one whose pane did not
-survive is closed at once (``PaneLeases.finish_interrupted_closes``).
+writer's release) and claims it (see ``PaneLeases.claim``). ``finish_close`` runs
+without the store locks, so a slow close never holds up other calls: it captures the
+screen at ``expected_seq`` and records that capture's digest on the lease *before* the
+worker is asked to close, so a crash never loses the capture of a pane it closed; the
+worker's own capture, taken in the closing step, then replaces it (the same unless the
+screen changed without a status change). A refused close puts the lease back as it was.
+A lease a crash left ``closing`` is finished by the next close: closed with its recorded
+capture if the pane is gone (the worker closed it), closed again if it still runs; at a
+restart, one whose pane did not survive is closed at once
+(``PaneLeases.finish_interrupted_closes``).
 """
 
 from __future__ import annotations
