@@ -1,4 +1,5 @@
-"""A fake model API on loopback that makes coding CLIs ask for a tool permission.
+"""A fake model API on loopback that makes coding CLIs ask for a tool permission
+or drive panewarden's coordination tools.
 
 Offline no CLI ever reaches a tool-permission dialog, because no model ever asks for a tool.
 This server stands in for the model: it speaks just enough of four wire formats, each
@@ -22,6 +23,20 @@ the same way:
   if it says neither, the server's default command when one was given, else ``ok``;
 - otherwise (titles, summaries, quota probes: side requests without tools) a plain ``ok``
   (``{}`` to a Gemini request for JSON output).
+
+A prompt ``COORDINATE: name=PANE profile=PROFILE cwd=DIR ask=TEXT`` (to the end of the
+line) makes the model a scripted coordinator over panewarden's MCP tools, under the names
+the CLI offers them by (Claude Code ``mcp__<server>__<tool>``, OpenCode ``<server>_<tool>``:
+the shortest offered name ending in ``_<tool>``). Each request is answered with the next
+call, built from the tool results already in the conversation since that prompt:
+``controller_acquire``; ``reviewer_start`` of PANE with the credentials from the acquire
+result; ``wait_status`` until PANE is idle; ``relay`` of TEXT; ``collect_handoffs`` of the
+receipt; then a final text ``COORDINATED receipt=<id> state=<state> <reply line>`` (the
+collected output's line containing ``reply:``, else its last line). While a tool is not
+offered yet, a CLI with a ``ToolSearch`` tool (Claude Code, which offers MCP tools by name
+only until their schemas are fetched) is asked to load it, at most
+:data:`MAX_TOOL_SEARCHES` times. A result that is an error or no JSON object, or a tool
+never offered, ends it with ``COORDINATION FAILED at <tool>: …``.
 
 ``delay_s`` makes every answer wait that long first (model latency), so that a turn stays
 visibly working for a moment.
@@ -70,6 +85,21 @@ SHELL_TOOLS = (
 RUN_PATTERN = re.compile(r"RUN:\s*(.+)")
 SAY_PATTERN = re.compile(r"SAY:\s*(.+)")
 FINAL_TEXT = "done."
+COORDINATE_PATTERN = re.compile(
+    r"COORDINATE:\s*name=(?P<name>\S+)\s+profile=(?P<profile>\S+)\s+cwd=(?P<cwd>\S+)"
+    r"\s+ask=(?P<ask>.+)"
+)
+COORDINATOR_ID = "fake-coordinator"
+# The scripted coordinator's calls, in order (see the module docstring).
+COORDINATOR_STEPS = (
+    "controller_acquire",
+    "reviewer_start",
+    "wait_status",
+    "relay",
+    "collect_handoffs",
+)
+# How many times the coordinator asks Claude Code's ToolSearch for deferred tools.
+MAX_TOOL_SEARCHES = 4
 
 
 # ------------------------------------------------------------------ request inspection
@@ -201,9 +231,204 @@ class Decision:
         self.text = text
 
 
+# ------------------------------------------------------------------ scripted coordinator
+
+
+def _own_text(message: dict[str, Any]) -> str:
+    """A message's own text: its text blocks, never the tool results it carries."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, dict) and block.get("type") in (None, "text", "input_text"):
+            text = block.get("text")
+            if isinstance(text, str):
+                parts.append(text)
+    return "\n".join(parts)
+
+
+def _result_text(value: Any) -> str:
+    """A tool result as text: a string, text blocks, or a Gemini response object."""
+    if isinstance(value, dict):
+        output = value.get("output")
+        if isinstance(output, str):
+            return output
+        return json.dumps(value)
+    return _text_of(value)
+
+
+def _tool_results(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """``(tool name, result text)`` of every tool call answered in ``messages``, in order.
+
+    The calls and their results are paired by id (Anthropic ``tool_use``/``tool_result``,
+    chat ``tool_calls``/``tool`` messages, Responses ``function_call``/
+    ``function_call_output``) or, for Gemini, by name.
+    """
+    names: dict[str, str] = {}
+    found: list[tuple[str, str]] = []
+    for item in messages:
+        if item.get("type") == "function_call":
+            names[str(item.get("call_id"))] = str(item.get("name"))
+        elif item.get("type") == "function_call_output":
+            call = names.get(str(item.get("call_id")), "")
+            found.append((call, _result_text(item.get("output"))))
+        for call in item.get("tool_calls") or []:
+            if isinstance(call, dict) and isinstance(call.get("function"), dict):
+                names[str(call.get("id"))] = str(call["function"].get("name"))
+        if item.get("role") == "tool":
+            call = names.get(str(item.get("tool_call_id")), "")
+            found.append((call, _result_text(item.get("content"))))
+        content = item.get("content")
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use":
+                names[str(block.get("id"))] = str(block.get("name"))
+            elif block.get("type") == "tool_result":
+                call = names.get(str(block.get("tool_use_id")), "")
+                found.append((call, _result_text(block.get("content"))))
+            elif isinstance(block.get("functionResponse"), dict):
+                response = block["functionResponse"]
+                found.append((str(response.get("name")), _result_text(response.get("response"))))
+    return found
+
+
+def _offered(tools: dict[str, Any], tool: str) -> str | None:
+    """The offered name of panewarden's ``tool``: the shortest one ending with it (so
+    ``handoff`` is not ``batch_handoff``)."""
+    names = [n for n in tools if n == tool or n.endswith("_" + tool)]
+    return min(names, key=len) if names else None
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """The tool result's JSON object, or None when it is an error or not JSON."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or ("code" in value and "message" in value):
+        return None
+    return value
+
+
+def _reply_line(output: str) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    replies = [line for line in lines if "reply:" in line]
+    return (replies or lines or [""])[-1]
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string inside a request body."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _search_deferred(body: dict[str, Any], missing: list[str]) -> Decision:
+    """A ``ToolSearch`` call that loads Claude Code's deferred MCP tools.
+
+    Claude Code offers an MCP server's tools by name only (in a system message) until the
+    model fetches their schemas; while the server is still connecting not even the names
+    are there, and a keyword search waits for it.
+    """
+    text = "\n".join(_strings(body))
+    names = []
+    for tool in missing:
+        found = re.search(rf"(?<![A-Za-z0-9_])(mcp__[A-Za-z0-9_-]+?__{tool})(?![A-Za-z0-9_])", text)
+        if found:
+            names.append(found[1])
+    query = "select:" + ",".join(names) if names else missing[0]
+    return Decision("ToolSearch", {"query": query, "max_results": len(missing)}, "")
+
+
+def coordinate(body: dict[str, Any]) -> Decision | None:
+    """The scripted coordinator's next step, or None when no prompt asked for one."""
+    messages = _messages(body)
+    tools = _tools(body)
+    if not tools:
+        return None  # a side request (a title, a summary): not the coordinator's turn
+    start = None
+    for index, item in enumerate(messages):
+        if item.get("role") == "user" and COORDINATE_PATTERN.search(_own_text(item)):
+            start = index
+    if start is None:
+        return None
+    asked = COORDINATE_PATTERN.search(_own_text(messages[start]))
+    assert asked is not None
+    offered = {step: _offered(tools, step) for step in COORDINATOR_STEPS}
+    results: dict[str, dict[str, Any]] = {}
+    searches = 0
+    for called, text in _tool_results(messages[start + 1 :]):
+        if called == "ToolSearch":
+            searches += 1
+            continue
+        step = next((s for s, n in offered.items() if n == called), called)
+        value = _json_object(text)
+        if value is None:
+            return Decision(None, {}, f"COORDINATION FAILED at {step}: {text.strip()[:300]}")
+        results[step] = value
+    if "collect_handoffs" in results:
+        outcome = results["collect_handoffs"]
+        if not outcome.get("completed"):
+            return Decision(None, {}, f"COORDINATION FAILED at collect_handoffs: {outcome}")
+        done = outcome["completed"][0]
+        state = (done.get("status") or {}).get("state")
+        reply = _reply_line(done.get("output") or "")
+        return Decision(None, {}, f"COORDINATED receipt={done['receipt']} state={state} {reply}")
+    step = next(s for s in COORDINATOR_STEPS if s not in results)
+    tool = offered[step]
+    if tool is None:
+        if "ToolSearch" in tools and searches < MAX_TOOL_SEARCHES:
+            missing = [s for s in COORDINATOR_STEPS if s not in results and offered[s] is None]
+            return _search_deferred(body, missing)
+        return Decision(None, {}, f"COORDINATION FAILED at {step}: the tool is not offered")
+    return Decision(tool, _step_arguments(step, asked, results), "")
+
+
+def _step_arguments(
+    step: str, asked: re.Match[str], results: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """The arguments of the coordinator's ``step``, from the prompt and earlier results."""
+    if step == "controller_acquire":
+        return {
+            "controller_id": COORDINATOR_ID,
+            "authority_ref": "fake model coordinator",
+            "authority_sha256": "0" * 64,
+        }
+    granted = results["controller_acquire"]
+    creds = {
+        "controller_id": granted.get("controller_id", COORDINATOR_ID),
+        "lease_id": granted.get("lease_id"),
+        "fence_token": granted.get("fence_token"),
+    }
+    name = asked["name"]
+    if step == "reviewer_start":
+        return {
+            "creds": creds,
+            "name": name,
+            "profile": asked["profile"],
+            "cwd": asked["cwd"],
+            "purpose": "review for the fake coordinator",
+        }
+    if step == "wait_status":
+        return {"name": name, "until": ["idle"], "timeout_s": 60}
+    if step == "relay":
+        return {"creds": creds, "name": name, "text": asked["ask"].strip()}
+    return {"creds": creds, "receipts": [results["relay"].get("receipt")], "timeout_s": 60}
+
+
 def decide(body: dict[str, Any], default_command: str | None) -> Decision:
     """The answer to one request (see the module docstring)."""
     messages = _messages(body)
+    scripted = coordinate(body)
+    if scripted is not None:
+        return scripted
     if _ends_with_tool_result(messages):
         return Decision(None, {}, FINAL_TEXT)
     tools = _tools(body)
