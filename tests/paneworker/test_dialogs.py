@@ -36,6 +36,7 @@ from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
 from protocol.errors import PanewardenError
 from protocol.messages import AnswerDialog, Failed, Ok, ToSupervisor, WriteInput
+from tests.paneworker.emulators import EMULATOR
 
 CAPTURED = Path(__file__).resolve().parent.parent / "captured"
 SCREENS = Path(__file__).resolve().parent / "screens"
@@ -46,7 +47,7 @@ HOME = "\x1b[H\x1b[2J"
 
 
 def terminal_with(data: str | bytes, cols: int = 100, rows: int = 30) -> Terminal:
-    term = Terminal(cols, rows, reply=lambda _d: None, on_report=lambda _r: None)
+    term = Terminal(cols, rows, reply=lambda _d: None, on_report=lambda _r: None, emulator=EMULATOR)
     term.feed(data.encode() if isinstance(data, str) else data)
     return term
 

@@ -9,7 +9,7 @@ sequence's parameters or a string's payload reach the screen as text.
 
 Rules (after ECMA-48 and what xterm/vte do): C0 controls inside a CSI are executed;
 CAN/SUB cancel a sequence; an ESC inside a sequence abandons it and starts a new
-one; a string ends at ST (``ESC \\``) or BEL; a CSI longer than 1024 characters is
+one; a string ends at ST (``ESC \\``) or BEL; a CSI longer than 8192 characters is
 swallowed to its final byte. Only a bounded head of a string is kept: the sink is
 told the full length so it can enforce size limits without the parser storing it.
 """
@@ -30,7 +30,7 @@ _CSI_PARAM_RE = re.compile(r"[\x20-\x3f]*")
 _ESC_NF_RE = re.compile(r"\x1b([\x20-\x2f]+)([\x30-\x7e])?")
 _STRING_END_RE = re.compile(r"[\x07\x18\x1a\x1b]")
 _STRING_STARTERS = "]P_^X"
-_MAX_CSI_CHARS = 1024
+_MAX_CSI_CHARS = 8192
 _MAX_ESC_INTERMEDIATES = 16
 
 

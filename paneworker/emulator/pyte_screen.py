@@ -8,7 +8,7 @@ attribute access), a ``draw`` that keeps the text after zero-width characters an
 quick on ASCII runs, colon-form SGR, SU/SD/REP/CHT/CBT, DECSTR, a single-slot
 DECSC like xterm, and a resize that keeps the cursor row on screen.
 
-The escape-sequence parser lives in :mod:`paneworker.terminal`; this module only
+The escape-sequence parser lives in :mod:`paneworker.emulator.pyte_parser`; this module only
 changes the model.
 """
 
@@ -108,6 +108,32 @@ class PaneScreen(pyte.Screen):
         self.charset = 0
         self.g0_charset = LAT1_MAP
         self.savepoints.clear()
+
+    # -- reading --------------------------------------------------------------
+
+    def display_lines(self) -> list[str]:
+        """The visible rows, right-stripped."""
+        buffer, columns = self.buffer, self.columns
+        out: list[str] = []
+        for y in range(self.lines):
+            line = buffer.get(y)
+            out.append("".join([line[x].data for x in range(columns)]).rstrip() if line else "")
+        return out
+
+    def history_text(self) -> list[str]:
+        """Scrollback, oldest first, right-stripped."""
+        out: list[str] = []
+        for line in self.history:
+            width = max(line) + 1 if line else 0
+            out.append("".join([line[x].data for x in range(width)]).rstrip())
+        return out
+
+    def row_chars(self, row: int) -> list[Char]:
+        """The cells of visible row ``row``."""
+        line = self.buffer.get(row)
+        if not line:
+            return [self.default_char] * self.columns
+        return [line[x] for x in range(self.columns)]
 
     # -- text ---------------------------------------------------------------
 
