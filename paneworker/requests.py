@@ -76,9 +76,6 @@ DIALOG_REDRAW_TIMEOUT_S = 2.0
 # answered) this long, or DIALOG_SETTLE_MAX_S must have passed since the request.
 DIALOG_SETTLE_S = 0.2
 DIALOG_SETTLE_MAX_S = 1.0
-# Reading pending output before a dialog check is bounded, so a program that never
-# stops writing cannot hold the loop.
-DRAIN_MAX_READS = 16
 
 
 @dataclass
@@ -372,15 +369,8 @@ class RequestHandler:
         return DialogScreen.from_terminal(self.w.screen.terminal)
 
     def _drain_output(self) -> None:
-        """Feed what the program already wrote, so checks see the newest screen."""
-        prog = self.w.program
-        for _ in range(DRAIN_MAX_READS):
-            if prog is None or prog.eof:
-                return
-            data = prog.read()
-            if not data:
-                return
-            self.w.screen.feed(data)
+        """Parse what the program already wrote, so checks see the newest screen."""
+        self.w.screen.catch_up()
 
     def _press(self, job: _DialogAnswer, plan: DialogPlan) -> None:
         """Write the plan's first key; the last one completes the request."""
@@ -473,6 +463,7 @@ class RequestHandler:
         self._running_program()
         prog = self.w.program
         assert prog is not None
+        self._drain_output()  # what was written for the old size is drawn at that size
         self.w.screen.terminal.resize(msg.cols, msg.rows)
         prog.resize(msg.cols, msg.rows)
         self._ok(msg.rid)
