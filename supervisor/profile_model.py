@@ -21,10 +21,12 @@ import msgspec
 from msgspec import Meta, Struct
 
 from protocol.errors import ErrorCode, PanewardenError
+from supervisor.config import check_emulator
 
 AgentKind = Literal["kiro", "devin", "opencode", "claude", "codex", "demo", "generic"]
 PermissionMode = Literal["normal", "accept-edits", "bypass"]
 EnvScheme = Literal["literal", "env", "file", "keychain"]
+EmulatorKind = Literal["pyte", "ghostty"]
 
 PROFILE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -97,6 +99,8 @@ class ProfileEntry(Struct, forbid_unknown_fields=True, frozen=True):
     rows: Annotated[int, Meta(ge=ROWS_MIN, le=ROWS_MAX)] = 40
     watchdog: WatchdogEntry | None = None
     colorterm: bool = False
+    # The pane's terminal emulator; None: the service's (PANEWARDEN_EMULATOR).
+    emulator: EmulatorKind | None = None
 
 
 class ProfilesDocument(Struct, forbid_unknown_fields=True, frozen=True):
@@ -147,6 +151,7 @@ class Profile:
     rows: int = 40
     watchdog: WatchdogConfig | None = None
     colorterm: bool = False
+    emulator: str | None = None
 
 
 @dataclass(frozen=True)
@@ -302,6 +307,8 @@ def build_profile(where: str, entry: ProfileEntry) -> Profile:
     watchdog = None
     if entry.watchdog is not None:
         watchdog = _build_watchdog(f"{where}.watchdog", entry.watchdog)
+    if entry.emulator is not None:
+        check_emulator(entry.emulator, f"{where}.emulator")
     return Profile(
         name=entry.name,
         agent=entry.agent,
@@ -314,6 +321,7 @@ def build_profile(where: str, entry: ProfileEntry) -> Profile:
         rows=entry.rows,
         watchdog=watchdog,
         colorterm=entry.colorterm,
+        emulator=entry.emulator,
     )
 
 

@@ -316,6 +316,9 @@ class PaneService:
                     "rows": spec.rows,
                     "orphan_grace_s": self.config.orphan_grace_s,
                     "rules_dir": self._rules_dir(),
+                    "emulator": spec.emulator or self.config.emulator,
+                    "output_buffer_bytes": self.config.output_buffer_bytes,
+                    "output_overflow": self.config.output_overflow,
                 },
                 dict(self.config.environ),
             )
