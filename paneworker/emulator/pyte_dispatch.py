@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from pyte import modes as mo
 from pyte.charsets import MAPS
+from pyte.screens import Char
 
 from paneworker.emulator.pyte_screen import PaneScreen
 
@@ -26,9 +27,12 @@ _LOG = logging.getLogger(__name__)
 
 _MAX_PARAM = 65535
 _MAX_LOGGED_ERRORS = 10
+# Distinct (SGR parameters, attributes before) pairs remembered; CLIs use a few dozen.
+_MAX_SGR_CACHE = 4096
 
-# DEC private modes pyte keeps in ``screen.mode`` (the others are kept here).
-PYTE_DEC_MODES = frozenset({5, 6, 7, 25})
+# DEC private modes pyte keeps in ``screen.mode`` (the others are kept here; DECSCNM,
+# ``?5``, among them: the screen is not drawn reversed).
+PYTE_DEC_MODES = frozenset({6, 7, 25})
 _KNOWN_ANSI_MODES = frozenset({mo.IRM, mo.LNM})
 
 
@@ -69,6 +73,8 @@ class Dispatcher:
             "\t": s.tab,
         }
         self._csi: dict[tuple[str, str, str], Callable[[str], None]] = self._csi_table()
+        # (params, attributes before) -> attributes after: an SGR seen before is one lookup.
+        self._sgr_cache: dict[tuple[str, Char], Char] = {}
 
     def _log_error(self, what: str) -> None:
         self._errors += 1
@@ -82,6 +88,25 @@ class Dispatcher:
             self._screen.draw(text)
         except Exception:  # containment boundary: lose this run only
             self._log_error("text")
+
+    def sgr_text(self, params: str, text: str) -> None:
+        cursor = self._screen.cursor
+        after = self._sgr_cache.get((params, cursor.attrs))
+        if after is None:
+            self._sgr(params)
+        else:
+            cursor.attrs = after
+        if text:
+            try:
+                self._screen.draw(text)
+            except Exception:  # containment boundary: lose this run only
+                self._log_error("text")
+
+    def crlf(self) -> None:
+        try:
+            self._screen.crlf()
+        except Exception:  # containment boundary
+            self._log_error("control")
 
     def control(self, char: str) -> None:
         handler = self._controls.get(char)
@@ -212,8 +237,21 @@ class Dispatcher:
         self._screen.set_margins(top, bottom)
 
     def _sgr(self, params: str) -> None:
-        groups = [[_int(sub) for sub in part.split(":")] for part in params.split(";")]
-        self._screen.apply_sgr(groups)
+        cursor = self._screen.cursor
+        key = (params, cursor.attrs)
+        after = self._sgr_cache.get(key)
+        if after is not None:
+            cursor.attrs = after
+            return
+        try:
+            groups = [[_int(sub) for sub in part.split(":")] for part in params.split(";")]
+            self._screen.apply_sgr(groups)
+        except Exception:  # containment boundary: bad parameters
+            self._log_error("SGR")
+            return
+        if len(self._sgr_cache) >= _MAX_SGR_CACHE:
+            self._sgr_cache.clear()
+        self._sgr_cache[key] = self._screen.cursor.attrs
 
     def _ansi_modes(self, on: bool) -> Callable[[str], None]:
         def apply(params: str) -> None:
