@@ -31,24 +31,28 @@ SYNC_OFF = 5  # ?2026l
 MAX_OSC_PAYLOAD = 4096
 _STRING_BODY = rb"[^\x07\x18\x1a\x1b]"
 
+# Two stages, for speed: a loose pattern that fails fast on the common sequences
+# (colours, cursor moves: possessive quantifiers, no backtracking) finds the rare
+# candidates; the exact pattern then reads each candidate.
+_CANDIDATE = re.compile(rb"\x1b(?:\[[<=>?]?+[0-9:;]{0,64}+\$?+[cnqtphl]|[\]Pc])")
 _FIND = re.compile(
     rb"\x1b(?:"
-    rb"\[([<=>?]?)([0-9:;]{0,64})(\$?)([cnqtp])"  # 1-4
-    rb"|\[\?((?:[0-9:;]*;)?2026(?:;[0-9:;]*)?)([hl])"  # 5-6
-    rb"|\](7501|10|11|12|4|133);(" + _STRING_BODY + rb"{0,4096})(\x07|\x1b\\)"  # 7-9
-    rb"|P[\x30-\x3f]{0,64}([+$])q" + _STRING_BODY + rb"{0,4096}(?:\x07|\x1b\\)"  # 10
+    rb"\[([<=>?]?+)([0-9:;]{0,64}+)(\$?+)([cnqtp])"  # 1-4
+    rb"|\[\?((?:[0-9:;]*;)?2026(?:;[0-9:;]*+)?)([hl])"  # 5-6
+    rb"|\](7501|10|11|12|4|133);(" + _STRING_BODY + rb"{0,4096}+)(\x07|\x1b\\)"  # 7-9
+    rb"|P[\x30-\x3f]{0,64}+([+$])q" + _STRING_BODY + rb"{0,4096}+(?:\x07|\x1b\\)"  # 10
     rb"|(c)"  # 11
     rb")"
 )
-# An interesting sequence that may still be completed by the next read.
+# An interesting sequence that may still be completed by the next read (matched at
+# an ESC to the end of what was read).
 _UNFINISHED = re.compile(
     rb"\x1b(?:"
-    rb"\[[<=>?]?[0-9:;]{0,64}\$?"
-    rb"|\][0-9]{0,4}(?:;" + _STRING_BODY + rb"{0,4096})?\x1b?"
-    rb"|P[\x30-\x3f]{0,64}(?:[+$](?:q" + _STRING_BODY + rb"{0,4096}\x1b?)?)?"
-    rb")?\Z"
+    rb"\[[<=>?]?+[0-9:;]{0,64}+\$?+"
+    rb"|\][0-9]{0,4}+(?:;" + _STRING_BODY + rb"{0,4096}+)?\x1b?"
+    rb"|P[\x30-\x3f]{0,64}+(?:[+$](?:q" + _STRING_BODY + rb"{0,4096}+\x1b?)?)?"
+    rb")?"
 )
-_TAIL_WINDOW = 2 * MAX_OSC_PAYLOAD + 64
 
 
 class Found(NamedTuple):
@@ -71,17 +75,34 @@ class SequenceScanner:
         window = self._carry + data if self._carry else data
         base = offset - len(self._carry)
         found: list[Found] = []
-        if b"\x1b" not in window:
+        last_esc = window.rfind(b"\x1b")
+        if last_esc < 0:
             self._carry = b""
             return found
-        for m in _FIND.finditer(window):
-            found.append(_classify(m, base))
-        tail_from = max(0, len(window) - _TAIL_WINDOW)
-        if found:
-            tail_from = max(tail_from, found[-1].end - base)
-        unfinished = _UNFINISHED.search(window, tail_from)
-        self._carry = window[unfinished.start() :] if unfinished is not None else b""
+        exact = _FIND.match
+        for candidate in _CANDIDATE.finditer(window):
+            m = exact(window, candidate.start())
+            if m is not None:
+                found.append(_classify(m, base))
+        self._carry = window[self._unfinished_from(window, last_esc) :]
         return found
+
+    @staticmethod
+    def _unfinished_from(window: bytes, last_esc: int) -> int:
+        """Where an unfinished interesting sequence starts at the end, or ``len(window)``.
+
+        Only the last ESC can start one, except that a lone ESC at the very end may
+        be the first half of the ST that ends an OSC or DCS begun at the ESC before.
+        """
+        end = len(window)
+        if last_esc == end - 1 and last_esc > 0:
+            before = window.rfind(b"\x1b", max(0, end - 2 * MAX_OSC_PAYLOAD), last_esc)
+            if before >= 0:
+                m = _UNFINISHED.match(window, before)
+                if m is not None and m.end() == end and window[before + 1] in b"]P":
+                    return before
+        m = _UNFINISHED.match(window, last_esc)
+        return last_esc if m is not None and m.end() == end else end
 
     def reset(self) -> None:
         """Forget an unfinished sequence (the bytes after it were dropped)."""
