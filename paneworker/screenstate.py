@@ -186,7 +186,7 @@ class ScreenState:
         self.catch_up()
 
     def receive(self, data: bytes) -> None:
-        """Take program output into the backlog; parse at once if it holds a query."""
+        """Take program output into the backlog (drop mode: trim it to the bound)."""
         self.last_activity = self._clock()
         terminal = self.terminal
         terminal.receive(data)

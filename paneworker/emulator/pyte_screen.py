@@ -19,7 +19,6 @@ changes the model.
 
 from __future__ import annotations
 
-import copy
 import unicodedata
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -30,11 +29,12 @@ import pyte
 from pyte import graphics as g
 from pyte import modes as mo
 from pyte.charsets import LAT1_MAP
-from pyte.screens import Char, Cursor, Margins, wcwidth
+from pyte.screens import Char, Cursor, Margins, Savepoint, wcwidth
 
 Row = list[Char]
 Buffer = list[Row]
 _CELL_TEXT: Callable[[Char], str] = itemgetter(0)
+_BLANK = Char(data=" ", fg="default", bg="default", reverse=False)
 
 _new_char = tuple.__new__
 # Marks that sit on the previous glyph; other zero-width characters (ZWJ,
@@ -57,6 +57,13 @@ class _Glyphs(dict[str, Char]):
         if len(self) < _MAX_GLYPHS:
             self[char] = cell
         return cell
+
+
+def _copy_cursor(cursor: Cursor) -> Cursor:
+    # copy.copy on a __slots__ class is generic and slow; TUIs save the cursor per frame.
+    twin = Cursor(cursor.x, cursor.y, cursor.attrs)
+    twin.hidden = cursor.hidden
+    return twin
 
 
 def _is_variation_selector(char: str) -> bool:
@@ -82,6 +89,8 @@ class PaneScreen(pyte.Screen):
     """A pyte screen with an alternate buffer, bounded scrollback and xterm fixes."""
 
     buffer: Buffer  # type: ignore[assignment]  # rows are lists here, not pyte's dicts
+    # A constant: pyte derives it from DECSCNM each time, which is not drawn here.
+    default_char: Char = _BLANK
 
     def __init__(self, columns: int, lines: int, history_limit: int) -> None:
         # Set before pyte's constructor: it calls reset(), which we override.
@@ -148,7 +157,7 @@ class PaneScreen(pyte.Screen):
         charset = self.g1_charset if self.charset else self.g0_charset
         if charset is not LAT1_MAP:
             data = data.translate(charset)
-        if mo.IRM not in self.mode and (data.isascii() or self._all_narrow(data)):
+        if data.isascii() and mo.IRM not in self.mode:
             self._draw_ascii(data)
         else:
             self._draw_any(data)
@@ -231,6 +240,26 @@ class PaneScreen(pyte.Screen):
         return width
 
     def _draw_any(self, data: str) -> None:
+        """A run holding wide or zero-width characters: one-cell stretches drawn whole."""
+        if mo.IRM in self.mode:
+            self._draw_each(data)
+            return
+        narrow = self._narrow
+        start = 0
+        for index, char in enumerate(data):
+            known = narrow.get(char)
+            if known is None:
+                known = self._all_narrow(char)
+            if known:
+                continue
+            if index > start:
+                self._draw_ascii(data[start:index])
+            self._draw_each(char)
+            start = index + 1
+        if start < len(data):
+            self._draw_ascii(data[start:])
+
+    def _draw_each(self, data: str) -> None:
         cursor = self.cursor
         columns = self.columns
         autowrap = mo.DECAWM in self.mode
@@ -431,8 +460,16 @@ class PaneScreen(pyte.Screen):
 
     def save_cursor(self) -> None:
         """DECSC into a single slot, as xterm has (pyte's stack grows without bound)."""
-        super().save_cursor()
-        del self.savepoints[:-1]
+        self.savepoints[:] = [
+            Savepoint(
+                _copy_cursor(self.cursor),
+                self.g0_charset,
+                self.g1_charset,
+                self.charset,
+                mo.DECOM in self.mode,
+                mo.DECAWM in self.mode,
+            )
+        ]
 
     def restore_cursor(self) -> None:
         """DECRC; the slot is kept, so a second DECRC restores the same position."""
@@ -448,7 +485,7 @@ class PaneScreen(pyte.Screen):
             else:
                 self.mode.discard(mode)
         hidden = self.cursor.hidden
-        self.cursor = copy.copy(point.cursor)
+        self.cursor = _copy_cursor(point.cursor)
         self.cursor.hidden = hidden
         self.ensure_hbounds()
         self.ensure_vbounds()
@@ -460,7 +497,7 @@ class PaneScreen(pyte.Screen):
         if self.alternate_active:
             return
         if save_cursor:
-            self._alt_saved_cursor = copy.copy(self.cursor)
+            self._alt_saved_cursor = _copy_cursor(self.cursor)
         self.buffer, self._other_buffer = self._other_buffer, self.buffer
         self.alternate_active = True
         if clear:
