@@ -21,7 +21,7 @@ def _bars(data: dict[str, object]) -> list[tuple[str, float, float | None]]:
     reference = None
     for fig in data["figures"]:  # type: ignore[union-attr]
         name = str(fig["name"])
-        if not name.startswith("throughput."):
+        if not name.startswith("throughput.") or name.endswith(".cpu"):
             continue
         bars.append((f"{name.split('.', 1)[1]} backend", float(fig["median"]), fig["limit"]))
         reference = fig["reference_median"]
