@@ -5,16 +5,16 @@ Claude Code, Codex, Gemini, OpenCode and friends (see ``shared/agents.md``): an
 alternate screen (``?47``/``?1047``/``?1049``) without scrollback, main-screen
 scrollback that never slows ordinary events (pyte's ``HistoryScreen`` wraps every
 attribute access), a ``draw`` that keeps the text after zero-width characters and is
-quick on runs of one-cell characters, colon-form SGR, SU/SD/REP/CHT/CBT, DECSTR, a single-slot
-DECSC like xterm, and a resize that keeps the cursor row on screen.
+quick on runs of one-cell characters, colon-form SGR, SU/SD/REP/CHT/CBT, DECSTR, a
+single-slot DECSC like xterm, and a resize that keeps the cursor row on screen.
 
 Storage is compact: a row is a plain list of interned ``Char`` cells (pyte keeps a
 dict per row), so drawing a run is one slice assignment and scrolling is a list
 operation; the scrollback is kept as text, one ``str`` per line, with no per-cell
 objects at all. DECSCNM (``?5``, reverse screen) is tracked but not drawn.
 
-The escape-sequence parser lives in :mod:`paneworker.emulator.pyte_parser`; this module only
-changes the model.
+The escape-sequence parser lives in :mod:`paneworker.emulator.pyte_parser`; this
+module only changes the model.
 """
 
 from __future__ import annotations
