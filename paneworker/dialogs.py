@@ -16,7 +16,7 @@ not change it; any other change (another command, other options) does.
 
 What each recogniser rests on (``docs/operations.md``, "Agent kinds", has the full table):
 
-- ``demo``: the bundled demo agent's dialog (design §11), measured by the e2e tests.
+- ``demo``: the bundled demo agent's dialog (docs/design.md §11), measured by the e2e tests.
 - ``opencode``: the shell-command dialog of opencode-ai 1.18.33, measured against a fake
   model on loopback (``tests/captured/opencode/permission_*``: ``Allow once`` highlighted by
   a background colour only), and OpenCode 2.2.7's layout as measured by OpenAB Shepherd.
@@ -110,7 +110,7 @@ def _navigate(screen: DialogScreen, focus: int, target: int) -> tuple[bytes, ...
 
 
 def _demo(screen: DialogScreen, answer: str) -> DialogPlan:
-    """The bundled demo agent's dialog (design §11), matched line by line."""
+    """The bundled demo agent's dialog (docs/design.md §11), matched line by line."""
     stripped = [line.rstrip() for line in screen.lines]
     for top, line in enumerate(stripped):
         if line.strip() != "Permission required":
@@ -532,6 +532,11 @@ def _codex(screen: DialogScreen, answer: str) -> DialogPlan:
 
 def _unmeasured(screen: DialogScreen, answer: str) -> DialogPlan:
     raise _refuse("this pane's agent kind has no measured dialog recogniser")
+
+
+def has_recogniser(agent: str) -> bool:
+    """False for agent kinds whose dialogs are never answered (generic, unmeasured)."""
+    return recogniser_for(agent) is not _unmeasured
 
 
 def recogniser_for(agent: str) -> Recogniser:

@@ -26,6 +26,7 @@ READ_CHUNK = 65536
 class _Pending:
     data: bytes
     done: Callable[[], None] | None
+    dropped: Callable[[], None] | None = None
 
 
 class Program:
@@ -58,9 +59,17 @@ class Program:
             self.eof = True
         return data
 
-    def queue_input(self, data: bytes, done: Callable[[], None] | None = None) -> None:
-        """Queue ``data`` for the PTY; ``done`` runs once all of it was written."""
-        self._queue.append(_Pending(data, done))
+    def queue_input(
+        self,
+        data: bytes,
+        done: Callable[[], None] | None = None,
+        dropped: Callable[[], None] | None = None,
+    ) -> None:
+        """Queue ``data`` for the PTY; ``done`` runs once all of it was written.
+
+        ``dropped`` runs instead if the program goes away before it was all written.
+        """
+        self._queue.append(_Pending(data, done, dropped))
 
     @property
     def wants_write(self) -> bool:
@@ -80,7 +89,7 @@ class Program:
                     if exc.errno not in (errno.EIO, errno.EBADF):
                         raise
                     # The program is gone: drop input nobody will read.
-                    self._queue.clear()
+                    self._drop_queued()
                     return
                 head.data = head.data[written:]
                 if head.data:
@@ -88,6 +97,12 @@ class Program:
             self._queue.popleft()
             if head.done is not None:
                 head.done()
+
+    def _drop_queued(self) -> None:
+        pending, self._queue = self._queue, deque()
+        for item in pending:
+            if item.dropped is not None:
+                item.dropped()
 
     def resize(self, cols: int, rows: int) -> None:
         """Set the PTY window size (the kernel sends SIGWINCH to the foreground group)."""
@@ -98,8 +113,8 @@ class Program:
         self._proc.terminated = True
 
     def close(self) -> None:
-        """Close the master fd (idempotent)."""
-        self._queue.clear()
+        """Close the master fd (idempotent); input still queued is dropped."""
+        self._drop_queued()
         self._proc.terminated = True
         if not self._proc.closed:
             self._proc.close(force=True)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from paneworker.oscalls import OsCalls, ProcStat
+from protocol.timing import KILL_GRACE_S
 
 _log = logging.getLogger(__name__)
 
@@ -229,7 +230,7 @@ class Reaper:
 
     # -- killing ---------------------------------------------------------------------
 
-    def kill_tree(self, session_id: int, grace_s: float = 2.0) -> KillResult:
+    def kill_tree(self, session_id: int, grace_s: float = KILL_GRACE_S) -> KillResult:
         """Terminate the pane: its process group and session, and every descendant.
 
         SIGHUP, SIGTERM and SIGCONT (so stopped jobs act on them) go to the process group

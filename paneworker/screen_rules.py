@@ -1,7 +1,7 @@
 """Screen status rules: an agent's state read off its screen, from versioned data files.
 
 A pane whose program sends no OSC 7501 root record gets its agent state from the
-screen (design §4). The rules for each agent kind are data, not code:
+screen (docs/design.md §4). The rules for each agent kind are data, not code:
 ``paneworker/rules/<agent>.json`` (bundled), optionally replaced by an operator's
 file of the same name in an override directory when that file's ``version`` is
 newer than or equal to the bundled one.
@@ -36,6 +36,11 @@ from pathlib import Path
 from typing import Literal
 
 import msgspec
+
+from protocol.safe_files import FileReadError, read_regular_file
+
+# An override is a small JSON file; anything larger is refused, not read.
+RULES_FILE_LIMIT_BYTES = 1 << 20
 
 log = logging.getLogger(__name__)
 
@@ -239,11 +244,14 @@ def load_rules(agent: str, override_dir: Path | None = None) -> RuleSet:
         return bundled
     path = override_dir / f"{agent}.json"
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return bundled
-    except OSError as exc:
-        log.warning("screen rules override %s unreadable (%s); using the bundled rules", path, exc)
+        data = read_regular_file(path, limit_bytes=RULES_FILE_LIMIT_BYTES)
+    except FileReadError as exc:
+        if not exc.missing:
+            log.warning(
+                "screen rules override %s unreadable (%s); using the bundled rules",
+                path,
+                exc.reason,
+            )
         return bundled
     try:
         override = parse_rules(data, agent=agent, source=str(path))

@@ -29,13 +29,13 @@ it exists; ``source`` says which one decided.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from paneworker.emulator import EmulatorUnavailable
 from paneworker.osc7501 import StatusReport
+from paneworker.patterns import Pattern
 from paneworker.program import Program
 from paneworker.screen_rules import Decision, RuleSet, bundled_rules, classify
 from paneworker.status import StatusMachine
@@ -66,7 +66,7 @@ class Watch:
 
     watch_id: int
     needle: str
-    regex: re.Pattern[str] | None
+    regex: Pattern | None
 
     def find(self, lines: list[str]) -> str | None:
         """The first line that matches, or None."""
@@ -137,7 +137,10 @@ class ScreenState:
                 boot.cols,
                 boot.rows,
                 reply=self._reply,
-                on_report=self._on_report,
+                on_report=lambda _report: None,
+                # In stream order, right where each change is in the output: two reports
+                # in one read are two status changes, not one.
+                on_root_change=self._apply_root,
                 history_lines=boot.history_lines,
                 emulator=emulator,
                 clock=self._clock,
@@ -159,10 +162,6 @@ class ScreenState:
         self.last_activity = self._clock()
         if self.program is not None and not self.program.eof:
             self.program.queue_input(data)
-
-    def _on_report(self, _report: StatusReport) -> None:
-        # Called while parsing, right after the report's place in the stream.
-        self._apply_root(self.terminal.records.root)
 
     # ------------------------------------------------------------ output in
 

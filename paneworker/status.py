@@ -2,11 +2,14 @@
 
 Pure and dependency-free. Inputs are the agent state a source decided (an OSC 7501
 root record or a screen rule), lifecycle changes and the facts that a dialog was
-denied or the turn interrupted. Rules (design §4):
+denied or the turn interrupted. Rules (docs/design.md §4):
 - ``seq`` +1 on every recorded change of (state, kind, lifecycle); never decreases.
 - ``turn`` +1 when the pane goes ``working`` outside a turn, or straight to a
   ``blocked`` permission dialog after a finished turn or idle (a brief ``working`` may go
-  unseen); ``blocked`` -> ``working`` stays in the same turn.
+  unseen); ``blocked`` -> ``working`` stays in the same turn. Before the first client
+  input (``note_input``) no turn opens: a program's own start-up activity (Codex reports
+  working then idle right after its first idle) is not a turn, so a client's first
+  prompt to a fresh pane is always turn 1.
 - An ``idle`` that ends a turn is reported as ``done`` (agents such as OpenCode and
   Claude never report ``done``), or ``cancelled`` when the turn was denied at a dialog
   or interrupted.
@@ -43,6 +46,7 @@ class StatusMachine:
         self.exit_code: int | None = None
         self._in_turn = False
         self._turn_cancelled = False
+        self._input_seen = turn > 0
 
     def snapshot(self) -> PaneStatusFields:
         """The current record, as sent to the supervisor."""
@@ -58,7 +62,7 @@ class StatusMachine:
 
     @property
     def settled(self) -> bool:
-        """True when a client waiting for the turn may act (design §4 'Settled')."""
+        """True when a client waiting for the turn may act (docs/design.md §4 'Settled')."""
         return self.lifecycle in ("exited", "lost") or self.state in SETTLED_STATES
 
     def set_lifecycle(self, lifecycle: Lifecycle, exit_code: int | None = None) -> bool:
@@ -73,6 +77,10 @@ class StatusMachine:
             self._in_turn = False
         self.seq += 1
         return True
+
+    def note_input(self) -> None:
+        """A client submitted input: from now on ``working`` opens turns."""
+        self._input_seen = True
 
     def note_cancel(self) -> None:
         """The current turn was denied at a dialog or interrupted by the client."""
@@ -91,7 +99,7 @@ class StatusMachine:
             new_state = "unknown"
         elif reported == "working":
             new_state = "working"
-            if not self._in_turn:
+            if not self._in_turn and self._input_seen:
                 # (start) | IDLE | DONE | CANCELLED | ERROR -> WORKING: a new turn
                 self.turn += 1
                 self._in_turn = True
@@ -101,6 +109,7 @@ class StatusMachine:
             new_kind = _blocked_kind(kind)
             if (
                 not self._in_turn
+                and self._input_seen
                 and new_kind == "permission"
                 and self.state in ("idle", "done", "cancelled", "error")
             ):

@@ -27,7 +27,7 @@ from paneworker.screen_rules import load_rules
 from paneworker.screenstate import ScreenState
 from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
-from protocol.messages import Descendants, Exited, Heartbeat, Hello, Status
+from protocol.messages import Descendants, Exited, Heartbeat, Hello
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +97,10 @@ class PaneWorker:
             spawn_error=self.spawn_error,
         )
 
-    def push_status(self) -> None:
-        """Send the current status record (called after every recorded change)."""
-        self.link.send(Status(status=self.screen.status.snapshot()))
+    def introduce(self) -> None:
+        """Tell a (new) supervisor who we are and what to kill if we die."""
+        self.link.send(self.hello())
+        self._send_descendants()
 
     # ------------------------------------------------------------ main loop
 
@@ -212,8 +213,7 @@ class PaneWorker:
         if silent_for > REINTRODUCE_AFTER_S * self.boot.heartbeat_s:
             # The supervisor may have restarted: a new one learns who we are from
             # Hello (and what to kill from Descendants) before it will talk to us.
-            self.link.send(self.hello())
-            self._send_descendants()
+            self.introduce()
         else:
             self.link.send(Heartbeat(sent_at=time.time()))
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import msgspec
 
+from protocol.timing import DEFAULT_ORPHAN_GRACE_S, HEARTBEAT_S, KILL_GRACE_S, ORPHAN_AFTER_S
+
 
 class BootRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Everything a worker needs to start its pane and find its supervisor."""
@@ -23,10 +25,10 @@ class BootRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     env: dict[str, str]
     cols: int
     rows: int
-    heartbeat_s: float = 1.0
-    orphan_after_s: float = 5.0
-    orphan_grace_s: float = 120.0
-    kill_grace_s: float = 2.0
+    heartbeat_s: float = HEARTBEAT_S
+    orphan_after_s: float = ORPHAN_AFTER_S
+    orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S
+    kill_grace_s: float = KILL_GRACE_S
     history_lines: int = 5000
     # Operator overrides of the screen rules: ``<dir>/<agent>.json`` (None: bundled only).
     rules_dir: str | None = None

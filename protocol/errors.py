@@ -1,4 +1,4 @@
-"""Stable error codes (design §9) and the one exception type that carries them.
+"""Stable error codes (docs/design.md §9) and the one exception type that carries them.
 
 Codes are contracts: clients branch on them. Add new ones when needed; never reuse
 or rename one.
@@ -39,6 +39,8 @@ class ErrorCode(StrEnum):
     SCOPE_CONFLICT = "scope_conflict"
     SANDBOX_UNAVAILABLE = "sandbox_unavailable"
     STORE_BUSY = "store_busy"
+    IDENTITY_CHANGED = "identity_changed"
+    PANE_BUSY = "pane_busy"
     CONFIG_INVALID = "config_invalid"
     INTERNAL = "internal"
 

@@ -11,6 +11,8 @@ from typing import Literal
 
 import msgspec
 
+from protocol.timing import KILL_GRACE_S
+
 Lifecycle = Literal["starting", "running", "exited", "lost"]
 AgentState = Literal["unknown", "idle", "working", "blocked", "done", "error", "cancelled"]
 BlockedKind = Literal["permission", "question", "auth"]
@@ -41,6 +43,14 @@ class Ping(_Msg, tag="ping"):
     rid: int
 
 
+class Introduce(_Msg, tag="introduce"):
+    """Ask a worker to send ``Hello`` (and its descendants) now.
+
+    A supervisor that restarted sends it to the workers it re-adopts, so none of
+    them waits for its own silence timer before it is known again.
+    """
+
+
 class Heartbeat(_Msg, tag="heartbeat"):
     """Liveness beacon; sent by both sides every second."""
 
@@ -61,9 +71,12 @@ class Interrupt(_Msg, tag="interrupt"):
 
 
 class ReadScreen(_Msg, tag="read_screen"):
+    """The screen's text; with ``expected_seq``, only while the pane is at that seq."""
+
     rid: int
     lines: int | None = None
     scrollback: bool = False
+    expected_seq: int | None = None
 
 
 class AnswerDialog(_Msg, tag="answer_dialog"):
@@ -98,11 +111,12 @@ class Close(_Msg, tag="close"):
     rid: int
     expected_seq: int | None = None
     capture_lines: int | None = None
-    grace_s: float = 2.0
+    grace_s: float = KILL_GRACE_S
 
 
 ToWorker = (
     Ping
+    | Introduce
     | Heartbeat
     | WriteInput
     | Interrupt

@@ -14,15 +14,16 @@ from pathlib import Path
 
 from protocol.boot import EMULATORS, OVERFLOW_POLICIES
 from protocol.errors import ErrorCode, PanewardenError
+from protocol.timing import DEFAULT_HEARTBEAT_LOSS_S, DEFAULT_ORPHAN_GRACE_S
 
-DEFAULT_ORPHAN_GRACE_S = 120.0
-DEFAULT_HEARTBEAT_LOSS_S = 15.0
 DEFAULT_WATCHDOG_PERIOD_S = 5.0
 DEFAULT_EMULATOR = "pyte"
 DEFAULT_OUTPUT_BUFFER_MB = 32
 OUTPUT_BUFFER_MB_MIN, OUTPUT_BUFFER_MB_MAX = 1, 1024
 # The Python package each optional emulator backend needs.
 _EMULATOR_PACKAGES = {"ghostty": "pyghostty"}
+DEFAULT_STORE_LOCK_WAIT_S = 5.0
+DEFAULT_LEASE_TTL_MIN_S = 60
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class ServiceConfig:
     audit_file: str | None
     allowed_hosts: tuple[str, ...]
     environ: Mapping[str, str]
+    # True when PANEWARDEN_STATE_DIR names the state dir (a shared, explicit one).
+    state_dir_explicit: bool = False
     # Testing/tuning knob (PANEWARDEN_WATCHDOG_PERIOD_S): seconds between watchdog passes.
     watchdog_period_s: float = DEFAULT_WATCHDOG_PERIOD_S
     # Tuning knob (PANEWARDEN_HEARTBEAT_LOSS_S): a worker silent this long is hung: killed.
@@ -48,6 +51,10 @@ class ServiceConfig:
     # read but not yet parsed, and what happens at the bound.
     output_buffer_bytes: int = DEFAULT_OUTPUT_BUFFER_MB * 1024 * 1024
     output_overflow: str = "throttle"
+    # How long a coordination call waits for a busy store lock (PANEWARDEN_STORE_LOCK_WAIT_S).
+    store_lock_wait_s: float = DEFAULT_STORE_LOCK_WAIT_S
+    # Testing knob (PANEWARDEN_LEASE_TTL_MIN_S): the shortest controller lease ttl_s.
+    lease_ttl_min_s: int = DEFAULT_LEASE_TTL_MIN_S
 
 
 def _bounded_float_env(
@@ -121,6 +128,19 @@ def _overflow_env(environ: Mapping[str, str]) -> str:
     return policy
 
 
+def _bounded_int_env(
+    environ: Mapping[str, str], name: str, default: int, low: int, high: int
+) -> int:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise PanewardenError(
+            ErrorCode.CONFIG_INVALID, f"{name} must be a whole number in [{low}, {high}]"
+        )
+    return int(raw)
+
+
 def default_state_dir(environ: Mapping[str, str]) -> Path:
     """``${XDG_STATE_HOME:-~/.local/state}/panewarden``."""
     base = environ.get("XDG_STATE_HOME") or str(Path(environ.get("HOME", "~")) / ".local/state")
@@ -149,6 +169,13 @@ def load_config(environ: Mapping[str, str] | None = None) -> ServiceConfig:
         audit_file=env.get("PANEWARDEN_AUDIT_FILE") or None,
         allowed_hosts=hosts,
         environ=env,
+        state_dir_explicit=bool(env.get("PANEWARDEN_STATE_DIR")),
+        store_lock_wait_s=_bounded_float_env(
+            env, "PANEWARDEN_STORE_LOCK_WAIT_S", DEFAULT_STORE_LOCK_WAIT_S, 0.1, 120.0
+        ),
+        lease_ttl_min_s=_bounded_int_env(
+            env, "PANEWARDEN_LEASE_TTL_MIN_S", DEFAULT_LEASE_TTL_MIN_S, 1, DEFAULT_LEASE_TTL_MIN_S
+        ),
         watchdog_period_s=_bounded_float_env(
             env, "PANEWARDEN_WATCHDOG_PERIOD_S", DEFAULT_WATCHDOG_PERIOD_S, 0.05, 3600.0
         ),

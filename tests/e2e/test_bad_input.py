@@ -1,4 +1,4 @@
-"""Every bad input gets its design §9 code and a message, never a crash, and the service
+"""Every bad input gets its docs/design.md §9 code and a message, never a crash, and the service
 keeps serving afterwards; a profiles file with a load-time refusal stops ``serve`` with
 exit status 2 and the offending field named on stderr."""
 
@@ -20,7 +20,7 @@ from tests.faults import Marks, ProcKey, describe, key_of, sigkill_all, survivor
 
 pytestmark = pytest.mark.anyio
 
-DEMO_ARGV = [sys.executable, "-m", "supervisor.demo_agent"]
+DEMO_ARGV = [sys.executable, "-m", "supervisor.demo.agent"]
 
 
 class Setup:

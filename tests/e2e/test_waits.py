@@ -15,11 +15,11 @@ import anyio
 import pytest
 from mcp import Client
 
-from supervisor.access import SingleClientAccess
+from supervisor.auth.access import SingleClientAccess
 from supervisor.config import load_config
-from supervisor.mcp_front import build_server
-from supervisor.runtime import running_service
-from supervisor.service import PaneService
+from supervisor.front.mcp_server import build_server
+from supervisor.front.runtime import running_service
+from supervisor.panes.service import PaneService
 from tests.conftest import Tools, eventually, service_env
 
 pytestmark = pytest.mark.anyio
@@ -28,8 +28,9 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 async def inproc(state_dir: Path) -> AsyncIterator[tuple[Tools, PaneService]]:
     config = load_config(service_env(state_dir))
-    async with running_service(config) as service:
-        server = build_server(service, SingleClientAccess("test"))
+    async with running_service(config) as services:
+        service = services.panes
+        server = build_server(services, SingleClientAccess("test"))
         async with Client(server) as client:
             yield Tools(client), service
 
@@ -52,7 +53,7 @@ async def test_after_seq_returns_the_first_record_after_the_cursor(
         before = (await tools.call("get_status", name="c"))["seq"]
         await tools.call("send_input", name="c", text=word)
         await tools.wait("c", after=before, until=["done"])
-    history = list(service.pane("c").history)
+    history = list(service.registry.get("c").history)
     dones = [r for r in history if r.state == "done"]
     assert [r.turn for r in dones] == [1, 2, 3]
     # A cursor just before turn 2's done returns that done, not the latest one.
@@ -95,7 +96,7 @@ async def test_a_wait_wakes_on_the_event_not_a_poll(inproc: tuple[Tools, PaneSer
     tools, service = inproc
     await tools.call("start_pane", name="e", profile="demo")
     idle = await tools.wait("e", until=["idle"])
-    pane = service.pane("e")
+    pane = service.registry.get("e")
     async with anyio.create_task_group() as tg:
         result: dict[str, object] = {}
 

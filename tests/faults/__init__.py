@@ -201,7 +201,7 @@ class Marks:
         entry: dict[str, Any] = {
             "name": "demo",
             "agent": "demo",
-            "argv": [sys.executable, "-m", "supervisor.demo_agent"],
+            "argv": [sys.executable, "-m", "supervisor.demo.agent"],
             "cwds": ["/"],
             "extra_args": [self.arg(i) for i in range(self.count)],
         }

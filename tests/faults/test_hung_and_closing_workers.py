@@ -6,6 +6,7 @@ still serving.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -56,6 +57,9 @@ async def test_a_worker_killed_during_remove_pane_leaves_nothing(state_dir: Path
         keys = [k for k in (key_of(int(pane["pid"])), key_of(grandchild)) if k]
         worker = key_of(int(pane["worker_pid"]))
         assert worker is not None and len(keys) == 2
+        # A handle on this very process: the worker may be gone (and its pid reused)
+        # before the kill, when the removal is quicker than the random delay.
+        worker_fd = os.pidfd_open(worker[0])
         try:
             async with anyio.create_task_group() as tg:
                 result: dict[str, object] = {}
@@ -67,9 +71,11 @@ async def test_a_worker_killed_during_remove_pane_leaves_nothing(state_dir: Path
                 # Kill the worker at a random point of its close: no leak either way.
                 rng, _seed = seeded_rng("remove_pane kill")
                 await anyio.sleep(rng.uniform(0.0, 0.05))
-                os.kill(worker[0], signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(worker_fd, signal.SIGKILL)
             assert "killed" in result
             assert await until(lambda: not any(alive(k) for k in [*keys, worker]), 5)
             assert (await tools.call("list_panes"))["panes"] == []
         finally:
+            os.close(worker_fd)
             sigkill_all([*keys, worker])

@@ -22,14 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from paneworker.dialog_answering import DIALOG_REDRAW_TIMEOUT_S, DIALOG_SETTLE_MAX_S
 from paneworker.dialogs import DialogPlan, DialogScreen, recogniser_for
 from paneworker.program import Program
-from paneworker.requests import (
-    DIALOG_REDRAW_TIMEOUT_S,
-    DIALOG_SETTLE_MAX_S,
-    SUBMIT_ACK_TIMEOUT_S,
-    RequestHandler,
-)
+from paneworker.prompt_delivery import SUBMIT_ACK_TIMEOUT_S
+from paneworker.requests import RequestHandler
 from paneworker.screenstate import ScreenState
 from paneworker.terminal import Terminal
 from protocol import PROTOCOL_VERSION
@@ -523,6 +520,7 @@ class ScriptedPane:
         frames: list[str],
         script: str = AGENT_SCRIPT,
         settle_s: float = 0.0,
+        appear_s: float = 0.0,
     ) -> None:
         self.log = tmp_path / "typed.log"
         self.log.write_bytes(b"")
@@ -552,7 +550,7 @@ class ScriptedPane:
         self.screen.attach(self.program)
         self.screen.status.set_lifecycle("running")
         self.requests = RequestHandler(  # type: ignore[arg-type]
-            self, clock=self.clock, dialog_settle_s=settle_s
+            self, clock=self.clock, dialog_settle_s=settle_s, dialog_appear_s=appear_s
         )
         self._rid = 0
         self._seen = 0
@@ -569,6 +567,11 @@ class ScriptedPane:
                 self.screen.feed(data)
             self.requests.run_due(self.clock())
             self.screen.after_step()
+
+    def pump_for(self, seconds: float) -> None:
+        """Run the worker loop's parts for ``seconds``: to show that nothing happens."""
+        end = time.monotonic() + seconds
+        self.pump_until(lambda: time.monotonic() >= end, seconds + 5.0)
 
     def shows(self, text: str) -> bool:
         return text in "\n".join(self.screen.terminal.display_lines())
@@ -621,11 +624,15 @@ def scripted(tmp_path: Path) -> Iterator[Callable[..., ScriptedPane]]:
     panes: list[ScriptedPane] = []
 
     def start(
-        agent: str, frames: list[str], script: str = AGENT_SCRIPT, settle_s: float = 0.0
+        agent: str,
+        frames: list[str],
+        script: str = AGENT_SCRIPT,
+        settle_s: float = 0.0,
+        appear_s: float = 0.0,
     ) -> ScriptedPane:
         path = tmp_path / f"p{len(panes)}"
         path.mkdir()
-        pane = ScriptedPane(path, agent, frames, script, settle_s)
+        pane = ScriptedPane(path, agent, frames, script, settle_s, appear_s)
         panes.append(pane)
         return pane
 
@@ -883,6 +890,64 @@ def test_a_pane_that_never_goes_quiet_is_answered_after_the_bound(
     assert pane.typed() == ENTER
 
 
+def test_a_dialog_drawn_after_the_blocked_report_is_waited_for(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """Claude and Codex report blocked 0.3-0.9 s before they draw the dialog: the answer
+    waits for it (bounded) instead of refusing, and presses only the recognised keys."""
+    pane = scripted("demo", [BLOCKED], appear_s=2.0)
+    pane.pump_until(lambda: pane.screen.status.state == "blocked")
+    pane.typed()
+    pane.requests.handle(AnswerDialog(rid=11, answer="allow_once"))
+    pane.pump_for(0.3)
+    assert pane.reply(11) is None and pane.unseen() == b""  # nothing typed, still waiting
+    pane.screen.feed(DEMO_DIALOG.encode())  # the dialog appears
+    reply = pane.wait_reply(11)
+    assert isinstance(reply, Ok), reply
+    assert pane.typed() == ENTER
+
+
+def test_a_dialog_that_never_appears_is_refused_after_the_bound_with_nothing_typed(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    pane = scripted("demo", [BLOCKED + DEMO_DIALOG.replace("Deny", "Maybe")], appear_s=2.0)
+    pane.pump_until(lambda: pane.screen.status.state == "blocked" and pane.shows("Maybe"))
+    pane.typed()
+    pane.clock.freeze()
+    pane.requests.handle(AnswerDialog(rid=12, answer="allow_once"))
+    pane.clock.now += 1.0
+    pane.requests.run_due(pane.clock())
+    assert pane.reply(12) is None
+    pane.clock.now += 1.1
+    reply = pane.wait_reply(12)
+    assert isinstance(reply, Failed) and reply.code == "dialog_unrecognized", reply
+    pane.clock.frozen = False
+    assert pane.typed() == b""
+
+
+def test_an_agent_without_a_recogniser_is_refused_at_once(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    pane = blocked_on(scripted("generic", [DEMO_DIALOG + BLOCKED], appear_s=60.0), "")
+    pane.clock.freeze()
+    reply = pane.answer("allow_once")
+    assert isinstance(reply, Failed) and reply.code == "dialog_unrecognized", reply
+    pane.clock.frozen = False
+    assert pane.typed() == b""
+
+
+def test_the_answer_cursor_is_taken_before_the_key(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """The demo agent settles at once after Enter; the reply's seq is still before it."""
+    pane = blocked_on(scripted("demo", [DEMO_DIALOG + BLOCKED, "\x1b]7501;state=done\x1b\\"]), "")
+    before = pane.screen.status.seq
+    reply = pane.answer("allow_once")
+    assert isinstance(reply, Ok), reply
+    pane.pump_until(lambda: pane.screen.status.state == "done")
+    assert reply.seq == before < pane.screen.status.seq
+
+
 # -- 5. send_input: a prompt is reported sent only once the program took it -------------
 
 # A line-editing agent. Its first "frame" argument is its mode: "echo" echoes keys and
@@ -917,9 +982,11 @@ with open(log_path, "ab", buffering=0) as log:
             elif mode == "late":
                 os.write(1, line)
             elif mode != "ignore":
-                if mode == "report":
+                if mode in ("report", "instant"):
                     os.write(1, b"\x1b]7501;state=working\x1b\\")
                 os.write(1, b"\r\nok: " + line + b"\r\n> ")
+                if mode == "instant":
+                    os.write(1, b"\x1b]7501;state=idle\x1b\\")
                 line = b""
 """
 
@@ -939,6 +1006,35 @@ def test_a_taken_prompt_is_acknowledged(scripted: Callable[..., ScriptedPane], m
         assert reply.turn == 1
     if mode != "exit":
         assert pane.typed() == b"hello there\r"
+
+
+def test_the_send_input_cursor_is_before_every_status_of_the_turn_it_started(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """An instant program settles its turn before the prompt is acknowledged: the reply's
+    seq still lies before that turn's working and done, so a wait after it sees them."""
+    pane = scripted("generic", ["instant"], LINE_AGENT)
+    pane.pump_until(lambda: pane.shows(">"))
+    before = pane.screen.status.seq
+    pane.requests.handle(WriteInput(rid=21, text="quick"))
+    pane.pump_until(lambda: pane.screen.status.state == "done")
+    reply = pane.wait_reply(21)
+    assert isinstance(reply, Ok), reply
+    assert reply.seq == before
+    assert pane.screen.status.seq > before + 1  # working, then done, both after the cursor
+
+
+def test_prompts_sent_at_once_are_typed_one_after_the_other(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """A second prompt never interleaves its text with the first one's Enter."""
+    pane = scripted("generic", ["echo"], LINE_AGENT)
+    pane.pump_until(lambda: pane.shows(">"))
+    pane.requests.handle(WriteInput(rid=31, text="first"))
+    pane.requests.handle(WriteInput(rid=32, text="second"))
+    assert isinstance(pane.wait_reply(31), Ok)
+    assert isinstance(pane.wait_reply(32), Ok)
+    assert pane.typed() == b"first\rsecond\r"
 
 
 def test_bracketed_paste_is_used_when_the_program_asked_for_it(

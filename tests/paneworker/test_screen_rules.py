@@ -445,6 +445,7 @@ def test_a_recorded_opencode_turn_is_idle_working_done_from_the_screen() -> None
     pane = Pane("opencode")
     pane.screen.feed(data[:21069])
     pane.settle()
+    pane.screen.status.note_input()  # the recorded prompt was submitted here
     pane.screen.feed(data[21069:35234])
     pane.settle()
     pane.screen.feed(data[35234:41476])
@@ -501,6 +502,7 @@ def test_osc_reports_win_and_the_screen_takes_over_when_the_record_goes() -> Non
     assert pane.statuses[-1] == ("unknown", None, 0, "osc7501")
     pane.settle()
     assert pane.statuses[-1] == ("blocked", "permission", 0, "screen")
+    pane.screen.status.note_input()
     pane.screen.feed(b"\x1b]7501;state=working:app=claude-code\x07")
     pane.settle()
     assert pane.statuses[-1] == ("working", None, 1, "osc7501")

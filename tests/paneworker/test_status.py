@@ -1,4 +1,4 @@
-"""The status machine: lifecycle, state, kind, turn and seq rules (design §4)."""
+"""The status machine: lifecycle, state, kind, turn and seq rules (docs/design.md §4)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ import pytest
 from paneworker.status import StatusMachine
 
 
-def running() -> StatusMachine:
+def running(*, prompted: bool = True) -> StatusMachine:
+    """A running pane; ``prompted``: a client has already submitted input."""
     machine = StatusMachine()
     assert machine.set_lifecycle("running")
+    if prompted:
+        machine.note_input()
     return machine
 
 
@@ -74,8 +77,22 @@ def test_a_permission_dialog_straight_after_a_finished_turn_opens_a_new_turn() -
     assert (m.state, m.turn) == ("done", 2)
 
 
+def test_start_up_activity_before_the_first_input_opens_no_turn() -> None:
+    # Codex reports working then idle right after its first idle, before any prompt.
+    m = running(prompted=False)
+    assert feed(m, "idle", "working", "idle") == [
+        ("idle", 0, 2),
+        ("working", 0, 3),
+        ("idle", 0, 4),
+    ]
+    feed(m, "blocked:permission", "idle")
+    assert (m.state, m.turn) == ("idle", 0)
+    m.note_input()
+    assert feed(m, "working", "done") == [("working", 1, 7), ("done", 1, 8)]
+
+
 def test_a_trust_prompt_at_start_is_not_a_turn() -> None:
-    m = running()
+    m = running(prompted=False)
     feed(m, "blocked:permission")
     assert (m.state, m.turn) == ("blocked", 0)
     m.note_cancel()

@@ -11,12 +11,17 @@ from pathlib import Path
 import pytest
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.access import SCOPES
-from supervisor.audit import AuditLog
-from supervisor.clients import ClientTable, check_audit_path, load_client_table, read_token_file
+from supervisor.auth.access import SCOPES
+from supervisor.auth.audit import AuditLog
+from supervisor.auth.clients import (
+    ClientTable,
+    check_audit_path,
+    load_client_table,
+    read_token_file,
+)
+from supervisor.auth.http_access import HttpGate
 from supervisor.config import load_config
-from supervisor.http_access import HttpGate
-from supervisor.http_serve import loopback_address, parse_allowed_hosts, transport_security
+from supervisor.front.http import loopback_address, parse_allowed_hosts, transport_security
 from tests.service.conftest import digest, new_token, write_secret
 
 

@@ -37,7 +37,7 @@ def _profile(name: str, cols: int) -> dict[str, Any]:
     return {
         "name": name,
         "agent": "demo",
-        "argv": [sys.executable, "-m", "supervisor.demo_agent"],
+        "argv": [sys.executable, "-m", "supervisor.demo.agent"],
         "cwds": ["/"],
         "env": {"PYTHONPATH": str(REPO)},
         "cols": cols,

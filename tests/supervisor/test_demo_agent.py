@@ -1,4 +1,4 @@
-"""The bundled demo agent driven through a real PTY, as a pane would drive it (design §11)."""
+"""The bundled demo agent driven through a real PTY, as a pane drives it (docs/design.md §11)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class Agent:
     def __init__(self) -> None:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         self.proc = PtyProcess.spawn(
-            [sys.executable, "-m", "supervisor.demo_agent"],
+            [sys.executable, "-m", "supervisor.demo.agent"],
             cwd=str(REPO),
             env=env,
             dimensions=(24, 100),
@@ -341,7 +341,7 @@ def test_termination_signals_exit_promptly(ready: Agent, signum: int) -> None:
 
 def test_piped_input_runs_to_the_end() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "supervisor.demo_agent"],
+        [sys.executable, "-m", "supervisor.demo.agent"],
         input=b"hello\ndialog\n\x1b[B\nexit\n",
         capture_output=True,
         cwd=REPO,

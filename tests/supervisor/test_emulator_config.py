@@ -11,7 +11,7 @@ import pytest
 
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.config import load_config
-from supervisor.profiles import load_profiles
+from supervisor.profiles.policy import load_profiles
 from tests.conftest import REPO
 
 DEMO_ARGV = ["/usr/bin/python3", "-m", "supervisor.demo_agent"]
@@ -66,7 +66,7 @@ def test_ghostty_without_its_package_is_refused(monkeypatch: pytest.MonkeyPatch)
 def test_serve_exits_2_when_ghostty_is_asked_for_but_missing(tmp_path: Path) -> None:
     code = (
         "import sys; sys.modules['pyghostty'] = None\n"
-        "from supervisor.cli import main\n"
+        "from supervisor.cli.main import main\n"
         "sys.exit(main(['serve', '--stdio']))\n"
     )
     env = {

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.profiles import LaunchSpec, ProfileSet, builtin_profiles, load_profiles
+from supervisor.profiles.policy import LaunchSpec, ProfileSet, builtin_profiles, load_profiles
 
-DEMO_ARGV = ["/usr/bin/python3", "-m", "supervisor.demo_agent"]
+DEMO_ARGV = ["/usr/bin/python3", "-m", "supervisor.demo.agent"]
 
 
 def write_json(tmp_path: Path, document: object, name: str = "profiles.json") -> str:

@@ -1,4 +1,4 @@
-"""The per-profile watchdog against real demo panes in an in-process service (design §5).
+"""The per-profile watchdog against real demo panes in an in-process service (docs/design.md §5).
 
 The service runs in this process (``running_service``) with its own watchdog slowed to
 one pass an hour; each test drives a second ``Watchdog`` over the same service with a
@@ -25,9 +25,9 @@ import pytest
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import PaneStatusFields
 from supervisor.config import load_config
-from supervisor.runtime import running_service
-from supervisor.service import PaneService
-from supervisor.watchdog import Watchdog, has_unchecked_item
+from supervisor.front.runtime import running_service
+from supervisor.panes.service import PaneService
+from supervisor.panes.watchdog import Watchdog, has_unchecked_item
 from tests.conftest import service_env
 
 pytestmark = pytest.mark.anyio
@@ -76,11 +76,11 @@ class Harness:
         await self.passes()
 
     async def start(self, name: str = "w1") -> PaneStatusFields:
-        await self.service.start_pane(name, "demo")
+        await self.service.lifecycle.start_pane(name, "demo")
         return await self.wait(name, after=None, until=("idle",))
 
     async def wait(self, name: str, after: int | None, until: tuple[str, ...]) -> PaneStatusFields:
-        status, timed_out = await self.service.wait_status(name, until, after, DEADLINE_S)
+        status, timed_out = await self.service.driver.wait_status(name, until, after, DEADLINE_S)
         assert not timed_out, status
         return status
 
@@ -88,8 +88,8 @@ class Harness:
         self, name: str, text: str, until: tuple[str, ...] = ("done",)
     ) -> PaneStatusFields:
         """A client's prompt; returns the settled status and lets the watchdog see it."""
-        before = self.service.pane(name).status.seq
-        await self.service.send_input(name, text, True, None)
+        before = self.service.registry.get(name).status.seq
+        await self.service.driver.send_input(name, text, True, None)
         status = await self.wait(name, after=before, until=until)
         await self.passes()
         return status
@@ -105,7 +105,7 @@ class Harness:
         return sum(
             1
             for r in self.caplog.records
-            if r.name == "supervisor.watchdog"
+            if r.name == "supervisor.panes.watchdog"
             and getattr(r, "pane", None) == name
             and r.getMessage().startswith(prefix)
         )
@@ -117,20 +117,20 @@ class Harness:
         return self.logged(name, "watchdog: giving up")
 
     async def screen(self, name: str = "w1") -> str:
-        return (await self.service.read_output(name, None, True)).text
+        return (await self.service.driver.read_output(name, None, True)).text
 
 
 @asynccontextmanager
 async def harness(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, **watchdog: Any
 ) -> AsyncIterator[Harness]:
-    caplog.set_level(logging.DEBUG, logger="supervisor.watchdog")
+    caplog.set_level(logging.DEBUG, logger="supervisor.panes.watchdog")
     profiles = tmp_path / "profiles.json"
     watch = {"idle_timeout_secs": IDLE_S, "nudge_text": NUDGE, **watchdog}
     profile = {
         "name": "demo",
         "agent": "demo",
-        "argv": [sys.executable, "-m", "supervisor.demo_agent"],
+        "argv": [sys.executable, "-m", "supervisor.demo.agent"],
         "cwds": [str(tmp_path)],
         "watchdog": watch,
     }
@@ -144,8 +144,9 @@ async def harness(
         PANEWARDEN_WATCHDOG_PERIOD_S="3600",
     )
     clock = FakeClock()
-    async with running_service(load_config(env)) as service:
-        dog = Watchdog(service, period_s=0.05, clock=clock)
+    async with running_service(load_config(env)) as services:
+        service = services.panes
+        dog = Watchdog(service.registry, service.driver, period_s=0.05, clock=clock)
         dog.start()
         try:
             yield Harness(service, dog, clock, caplog)
@@ -165,7 +166,7 @@ async def test_nudges_after_the_idle_timeout_only(
         assert (done.state, done.turn) == ("done", 1)
         await h.idle_for(IDLE_S - 0.5)
         assert h.nudges() == 0
-        assert h.service.pane("w1").status.seq == done.seq
+        assert h.service.registry.get("w1").status.seq == done.seq
 
         await h.idle_for(0.5)
         assert h.nudges() == 1
@@ -192,7 +193,7 @@ async def test_the_cap_is_honoured_then_the_watchdog_gives_up_once(
         for _ in range(3):
             await h.idle_for(IDLE_S)
         assert (h.nudges(), h.give_ups()) == (2, 1)
-        status = h.service.pane("w1").status
+        status = h.service.registry.get("w1").status
         assert (status.state, status.turn, status.seq) == ("done", 3, last.seq)
 
 
@@ -226,15 +227,15 @@ async def test_blocked_and_cancelled_panes_are_not_nudged(
         await h.idle_for(10 * IDLE_S)
         await h.idle_for(10 * IDLE_S)
         assert h.nudges() == 0
-        assert h.service.pane("w1").status.seq == blocked.seq
+        assert h.service.registry.get("w1").status.seq == blocked.seq
         assert NUDGE not in await h.screen()
 
-        await h.service.answer_dialog("w1", "deny_once", 1)
+        await h.service.driver.answer_dialog("w1", "deny_once", 1)
         cancelled = await h.wait("w1", after=blocked.seq, until=("cancelled",))
         await h.passes()
         await h.idle_for(10 * IDLE_S)
         assert h.nudges() == 0
-        assert h.service.pane("w1").status.seq == cancelled.seq
+        assert h.service.registry.get("w1").status.seq == cancelled.seq
 
         done = await h.turn("w1", "carry on")
         await h.idle_for(IDLE_S)
@@ -271,7 +272,7 @@ async def test_leased_and_exited_panes_are_not_nudged(
     async with harness(tmp_path, caplog) as h:
         await h.start()
         done = await h.turn("w1", "work")
-        pane = h.service.pane("w1")
+        pane = h.service.registry.get("w1")
         pane.lease = "lease-under-test"
         await h.idle_for(IDLE_S)
         await h.idle_for(IDLE_S)
@@ -281,7 +282,7 @@ async def test_leased_and_exited_panes_are_not_nudged(
         assert h.nudges() == 1
         done = await h.nudged_turn("w1", done)
 
-        await h.service.send_input("w1", "exit", True, None)
+        await h.service.driver.send_input("w1", "exit", True, None)
         exited = await h.wait("w1", after=done.seq, until=("exited",))
         assert exited.lifecycle == "exited"
         await h.passes()
@@ -296,7 +297,8 @@ async def test_the_service_runs_its_watchdog_at_the_configured_period(
     state.mkdir(mode=0o700)
     config = load_config(service_env(state, PANEWARDEN_WATCHDOG_PERIOD_S="0.05"))
     assert config.watchdog_period_s == 0.05
-    async with running_service(config) as service:
+    async with running_service(config) as services:
+        service = services.panes
         assert service.watchdog.period_s == 0.05
         async with asyncio.timeout(DEADLINE_S):
             await service.watchdog.wait_passes(3)

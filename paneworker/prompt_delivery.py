@@ -1,0 +1,251 @@
+"""Prompt delivery: type a prompt, press Enter, and reply only once the program took it.
+
+States of one delivery (one at a time per pane; later ones queue behind it, so two
+prompts can never interleave their text and Enter):
+
+``typing`` -> (text written) -> ``entering`` (after ``ENTER_DELAY_S``) -> (Enter written)
+-> ``acknowledging`` -> Ok | ``delivery_ambiguous``.
+
+Every check runs in the loop step that acts on it: input is refused while the pane is
+blocked on a dialog or a dialog answer is being pressed (``pane_blocked``), or when
+``expect_turn`` is not the pane's turn (``cursor_mismatch``). Enter is a separate key
+a moment after the text (programs that read fast input as a paste would otherwise not
+submit it) and is not pressed if a dialog came up meanwhile: Enter would answer it.
+
+The reply is sent once the program shows it took the prompt (a turn started, the pane
+went working or blocked, or the typed text left the input line), else
+``delivery_ambiguous`` after ``SUBMIT_ACK_TIMEOUT_S``: "sent" never means "typed but
+not submitted". Its ``seq`` is the cursor taken before the first byte was queued.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from paneworker.pane_io import PaneIO
+from paneworker.scheduler import Scheduler
+from protocol.errors import ErrorCode, PanewardenError
+from protocol.messages import WriteInput
+
+ENTER_DELAY_S = 0.05
+PASTE_START = b"\x1b[200~"
+PASTE_END = b"\x1b[201~"
+# After Enter, how often the pane is looked at for a sign that the prompt was taken, and
+# for how long before the delivery is reported ambiguous.
+SUBMIT_POLL_S = 0.02
+SUBMIT_ACK_TIMEOUT_S = 5.0
+# A program that does not read its input this long after it was queued: the prompt is
+# reported ambiguous (part of it may have been typed) and Enter is never pressed.
+TYPE_TIMEOUT_S = 10.0
+# How much of the prompt's end is looked for on the input line (input boxes scroll long
+# lines horizontally, so only the end is sure to be visible).
+PROMPT_TAIL_CHARS = 16
+
+
+@dataclass
+class _Delivery:
+    """One prompt on its way: typed, then entered, then acknowledged."""
+
+    rid: int
+    cursor: int
+    tail: str
+    submit: bool
+    # Set once the request was answered; later callbacks of this delivery do nothing.
+    answered: bool = False
+    entered: bool = False
+    turn: int = 0
+    state: str = ""
+    row: int = 0
+    line: str = ""
+    seen_tail: bool = False
+    deadline: float = 0.0
+
+
+def _squeeze(text: str) -> str:
+    """Whitespace runs as one space: tabs and padding are drawn, not echoed, as typed."""
+    return " ".join(text.split())
+
+
+def _prompt_tail(text: str) -> str:
+    """The end of the prompt's last line, as a program would echo it on its input line."""
+    lines = text.strip().splitlines()
+    return _squeeze(lines[-1])[-PROMPT_TAIL_CHARS:].strip() if lines else ""
+
+
+class PromptDelivery:
+    """Delivers ``WriteInput`` requests one at a time; see the module docstring."""
+
+    def __init__(
+        self, io: PaneIO, scheduler: Scheduler, dialog_in_progress: Callable[[], bool]
+    ) -> None:
+        self._io = io
+        self._scheduler = scheduler
+        self._dialog_in_progress = dialog_in_progress
+        self._queued: deque[WriteInput] = deque()
+        self._busy = False
+
+    def start(self, msg: WriteInput) -> None:
+        """Deliver ``msg`` now, or after the delivery in progress ends."""
+        self._queued.append(msg)
+        if not self._busy:
+            self._next()
+
+    def _next(self) -> None:
+        while self._queued and not self._busy:
+            msg = self._queued.popleft()
+            try:
+                self._type(msg)
+            except PanewardenError as exc:
+                self._io.fail(msg.rid, exc)
+
+    def _finish(self) -> None:
+        self._busy = False
+        self._next()
+
+    def _type(self, msg: WriteInput) -> None:
+        io = self._io
+        io.running_program()
+        status = io.screen.status
+        if status.state == "blocked" or self._dialog_in_progress():
+            raise PanewardenError(
+                ErrorCode.PANE_BLOCKED,
+                f"the pane is waiting on a {status.kind or 'permission'} dialog; answer it first",
+            )
+        if msg.expect_turn is not None and msg.expect_turn != status.turn:
+            raise PanewardenError(
+                ErrorCode.CURSOR_MISMATCH,
+                f"the pane is at turn {status.turn}, not {msg.expect_turn}",
+            )
+        job = _Delivery(msg.rid, io.cursor(), _prompt_tail(msg.text), msg.submit)
+        payload = msg.text.encode()
+        if io.screen.terminal.bracketed_paste and payload:
+            payload = PASTE_START + payload.replace(b"\n", b"\r") + PASTE_END
+        self._busy = True
+        io.queue(payload, lambda: self._typed(job), lambda: self._gone(job))
+        if not job.answered:
+            self._scheduler.later(TYPE_TIMEOUT_S, lambda: self._typing_stalled(job))
+
+    def _typed(self, job: _Delivery) -> None:
+        if job.answered:
+            return
+        if not job.submit:
+            self._reply_ok(job)
+            return
+        self._scheduler.later(ENTER_DELAY_S, lambda: self._press_enter(job))
+
+    def _gone(self, job: _Delivery) -> None:
+        self._reply_failed(
+            job,
+            PanewardenError(ErrorCode.PANE_NOT_RUNNING, "the pane's program ended during input"),
+        )
+
+    def _typing_stalled(self, job: _Delivery) -> None:
+        if job.answered or job.entered:
+            return
+        self._reply_failed(
+            job,
+            PanewardenError(
+                ErrorCode.DELIVERY_AMBIGUOUS,
+                f"the program did not read the input within {TYPE_TIMEOUT_S:.0f}s",
+            ),
+        )
+
+    def _reply_ok(self, job: _Delivery) -> None:
+        if job.answered:
+            return
+        job.answered = True
+        self._io.ok(job.rid, job.cursor)
+        self._finish()
+
+    def _reply_failed(self, job: _Delivery, exc: PanewardenError) -> None:
+        if job.answered:
+            return
+        job.answered = True
+        self._io.fail(job.rid, exc)
+        self._finish()
+
+    def _press_enter(self, job: _Delivery) -> None:
+        if job.answered:
+            return
+        io = self._io
+        try:
+            io.running_program()
+        except PanewardenError as exc:
+            self._reply_failed(job, exc)
+            return
+        if io.screen.status.state == "blocked":
+            self._reply_failed(
+                job,
+                PanewardenError(
+                    ErrorCode.DELIVERY_AMBIGUOUS,
+                    "a dialog appeared after the text was typed; Enter was not sent",
+                ),
+            )
+            return
+        io.drain_output()
+        job.row, job.line = self._input_line()
+        status = io.screen.status
+        job.turn, job.state = status.turn, status.state
+        job.seen_tail = bool(job.tail) and job.tail in job.line
+        # From the first submitted input on, the program's `working` opens turns.
+        status.note_input()
+        io.queue(b"\r", lambda: self._entered(job), lambda: self._gone(job))
+
+    def _entered(self, job: _Delivery) -> None:
+        job.entered = True
+        job.deadline = self._scheduler.clock() + SUBMIT_ACK_TIMEOUT_S
+        self._await_ack(job)
+
+    def _input_line(self) -> tuple[int, str]:
+        """The cursor's row and what it shows (the prompt line, usually)."""
+        terminal = self._io.screen.terminal
+        row = terminal.cursor[0]
+        return row, _squeeze(terminal.display_lines()[row])
+
+    def _taken(self, job: _Delivery) -> bool:
+        """True once the program shows it took the prompt.
+
+        Taken = the program exited; a turn started or the pane went working or blocked; or
+        the typed text, once seen on the cursor's row, is gone from it (the prompt was
+        cleared or the cursor moved on). A prompt never seen there (shown abbreviated)
+        counts only by status; an empty prompt counts on any change of the cursor's row.
+        """
+        io = self._io
+        status = io.screen.status
+        prog = io.program
+        if prog is None or prog.eof or status.lifecycle != "running":
+            return True
+        if status.turn != job.turn or (
+            status.state != job.state and status.state in ("working", "blocked")
+        ):
+            return True
+        row, line = self._input_line()
+        if job.tail and job.tail in line:
+            # Seen now, perhaps only now: a slow echo is not a submission.
+            job.seen_tail = True
+            return False
+        if job.seen_tail:
+            return True
+        return (row, line) != (job.row, job.line) and not job.tail
+
+    def _await_ack(self, job: _Delivery) -> None:
+        """Reply once the prompt was taken; ``delivery_ambiguous`` after the bound."""
+        if job.answered:
+            return
+        self._io.drain_output()
+        if self._taken(job):
+            self._reply_ok(job)
+            return
+        if self._scheduler.clock() >= job.deadline:
+            self._reply_failed(
+                job,
+                PanewardenError(
+                    ErrorCode.DELIVERY_AMBIGUOUS,
+                    "the text and Enter were typed but the program showed no sign of "
+                    f"taking the prompt within {SUBMIT_ACK_TIMEOUT_S:.0f}s",
+                ),
+            )
+            return
+        self._scheduler.later(SUBMIT_POLL_S, lambda: self._await_ack(job))

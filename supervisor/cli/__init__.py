@@ -1,0 +1,1 @@
+"""The ``panewarden`` command line: argument parsing and one module per command."""

@@ -1,0 +1,59 @@
+"""``panewarden doctor``: check that this host can run panewarden safely.
+
+Checks: Linux child-subreaper support, pidfd support, the state directory's
+mode, the ipc socket path length, and whether Bubblewrap is installed (needed
+only for verification recipes). Prints one line per check.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+
+from supervisor.config import ServiceConfig
+from supervisor.exit_codes import EXIT_FAILED, EXIT_OK
+from supervisor.panes.orphans import become_subreaper
+from supervisor.store.statedir import runtime_socket_path
+
+# Checks whose failure only disables a feature (Bubblewrap: verification recipes).
+OPTIONAL_CHECKS = frozenset({"bubblewrap"})
+
+
+def _checks(config: ServiceConfig) -> list[tuple[str, bool, str]]:
+    results: list[tuple[str, bool, str]] = []
+    results.append(("subreaper", become_subreaper(), "PR_SET_CHILD_SUBREAPER (Linux)"))
+    try:
+        fd = os.pidfd_open(os.getpid())
+        os.close(fd)
+        results.append(("pidfd", True, "pidfd_open works"))
+    except (AttributeError, OSError) as exc:
+        results.append(("pidfd", False, f"pidfd_open failed: {exc}"))
+    state = config.state_dir
+    if state.exists():
+        mode = stat.S_IMODE(state.stat().st_mode)
+        results.append(("state dir", mode == 0o700, f"{state} mode {mode:04o} (want 0700)"))
+    else:
+        results.append(("state dir", True, f"{state} will be created with mode 0700"))
+    try:
+        path = runtime_socket_path(state, dict(config.environ))
+        results.append(("ipc path", True, str(path)))
+    except Exception as exc:
+        results.append(("ipc path", False, str(exc)))
+    bwrap = shutil.which("bwrap")
+    results.append(("bubblewrap", bwrap is not None, bwrap or "not installed (verify unavailable)"))
+    return results
+
+
+def doctor_command(config: ServiceConfig) -> int:
+    """Print each check; exit 1 when a required one fails (Bubblewrap is optional)."""
+    failed = False
+    for name, ok, detail in _checks(config):
+        optional = name in OPTIONAL_CHECKS
+        mark = "ok " if ok else ("-- " if optional else "BAD")
+        print(f"{mark} {name:<11} {detail}")
+        if not ok and not optional:
+            failed = True
+    sys.stdout.flush()
+    return EXIT_FAILED if failed else EXIT_OK

@@ -1,0 +1,521 @@
+"""Receipt-bound handoffs: prompts to leased panes, and the results of exactly their turns.
+
+Admission (under the controller, pane-lease and receipts store locks, after the fence
+check): the target must be this controller's active reviewer or writer lease on the
+very pane instance, and have no outstanding receipt; then a ``reserved`` receipt is
+written. Only then is the prompt typed (the worker's prompt delivery). The receipt
+turns ``pending`` once the pane entered the turn the prompt started — the first status
+after the pre-input cursor with a greater turn — and only then is its id returned. An
+ambiguous delivery leaves it ``reserved``: new prompts stay refused until
+``receipt_abandon``, accepted only once the pane is seen settled.
+
+Collection waits for the *settle of that turn* (the first settled status after the
+cursor at that turn) and captures the screen in the worker only if the pane is still at
+that status (``expected_seq``): a later turn's output is never returned under a
+receipt. A ``blocked`` turn is returned as ``blocked`` and stays collectable. A
+completed receipt replays its status; its output only while the pane has not moved on.
+A batch is admitted whole or not at all, under one fence check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import msgspec
+
+from protocol.errors import ErrorCode, PanewardenError
+from protocol.messages import PaneStatusFields, ReadScreen, ScreenText
+from supervisor.control.controllers import ControllerAuthority, Credentials
+from supervisor.control.fences import new_id
+from supervisor.control.pane_leases import PaneLeases
+from supervisor.control.records import (
+    OUTSTANDING_RECEIPTS,
+    RECORD_VERSION,
+    ControllerLease,
+    PaneLease,
+    Receipt,
+    SettledStatus,
+)
+from supervisor.control.stores import ControlStores
+from supervisor.panes.driving import PaneDriver
+from supervisor.panes.pane import SETTLED, Pane
+from supervisor.panes.registry import PaneRegistry
+
+log = logging.getLogger(__name__)
+
+# How long a delivered prompt may take to show its turn before the receipt is ambiguous.
+TURN_START_TIMEOUT_S = 30.0
+DEFAULT_CAPTURE_LINES = 200
+# Delivery errors after which nothing was typed: the receipt fails, it blocks nothing.
+CLEAN_REFUSALS = frozenset(
+    {
+        ErrorCode.PANE_BLOCKED,
+        ErrorCode.CURSOR_MISMATCH,
+        ErrorCode.PANE_NOT_RUNNING,
+        ErrorCode.INVALID_ARGUMENT,
+        ErrorCode.NOT_FOUND,
+        ErrorCode.PANE_LEASED,
+    }
+)
+Mode = Literal["all", "first"]
+
+
+@dataclass
+class Outcome:
+    """What a handoff call returns: completed results, failures, and still pending ids."""
+
+    completed: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+
+    def as_result(self) -> dict[str, Any]:
+        """The tool result shape."""
+        return {"completed": self.completed, "failed": self.failed, "pending": self.pending}
+
+
+@dataclass(frozen=True)
+class HandoffRequest:
+    """One prompt of a batch."""
+
+    name: str
+    text: str
+
+
+def status_of(status: PaneStatusFields) -> SettledStatus:
+    """A pane status as a receipt keeps it."""
+    return SettledStatus(
+        lifecycle=status.lifecycle,
+        state=status.state,
+        kind=status.kind,
+        turn=status.turn,
+        seq=status.seq,
+        source=status.source,
+        exit_code=status.exit_code,
+    )
+
+
+class Handoffs:
+    """relay, handoff, batch_handoff, collect_handoffs, receipts; see the module docstring."""
+
+    def __init__(
+        self,
+        stores: ControlStores,
+        authority: ControllerAuthority,
+        leases: PaneLeases,
+        registry: PaneRegistry,
+        driver: PaneDriver,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._stores = stores
+        self._authority = authority
+        self._leases = leases
+        self._registry = registry
+        self._driver = driver
+        self._clock = clock
+
+    # ------------------------------------------------------------ receipts
+
+    def receipts(self, controller_id: str | None = None) -> list[Receipt]:
+        """Receipt records (of one controller), oldest first; content-free."""
+        found = self._stores.receipts.load_all()[0].values()
+        return sorted(
+            (r for r in found if controller_id is None or r.controller_id == controller_id),
+            key=lambda r: (r.created_at, r.receipt_id),
+        )
+
+    def outstanding_for(self, name: str) -> Receipt | None:
+        """The receipt still blocking new prompts to pane ``name``, if any."""
+        for receipt in self.receipts():
+            if receipt.name == name and receipt.state in OUTSTANDING_RECEIPTS:
+                return receipt
+        return None
+
+    def _save(self, receipt: Receipt, **changes: object) -> Receipt:
+        updated = msgspec.structs.replace(receipt, updated_at=self._clock(), **changes)
+        self._stores.receipts.save(updated.receipt_id, updated)
+        return updated
+
+    def _load(self, controller_id: str, receipt_id: str) -> Receipt:
+        try:
+            receipt = self._stores.receipts.load(receipt_id)
+        except PanewardenError:
+            receipt = None
+        if receipt is None or receipt.controller_id != controller_id:
+            raise PanewardenError(ErrorCode.NOT_FOUND, f"no receipt {receipt_id!r}")
+        return receipt
+
+    # ------------------------------------------------------------ admission
+
+    def _admit(self, ctl: ControllerLease, name: str) -> tuple[Pane, PaneLease, Receipt]:
+        """Check one target and reserve its receipt; call under the locks."""
+        pane, lease = self._leases.held(ctl.controller_id, name)
+        if lease.lease_type not in ("reviewer", "writer"):
+            raise PanewardenError(ErrorCode.LEASE_STATE, f"pane {name!r} takes no prompts")
+        waiting = self.outstanding_for(name)
+        if waiting is not None:
+            raise PanewardenError(
+                ErrorCode.RECEIPT_OUTSTANDING,
+                f"pane {name!r} has outstanding receipt {waiting.receipt_id} "
+                f"({waiting.state}); collect or abandon it first",
+            )
+        now = self._clock()
+        receipt = Receipt(
+            version=RECORD_VERSION,
+            receipt_id=new_id("rcp"),
+            controller_id=ctl.controller_id,
+            lease_id=lease.lease_id,
+            lease_type=lease.lease_type,
+            name=name,
+            instance=pane.handle.instance,
+            state="reserved",
+            created_at=now,
+            updated_at=now,
+        )
+        return pane, lease, receipt
+
+    async def _admit_all(
+        self, identity: str, creds: Credentials, names: Sequence[str]
+    ) -> list[tuple[Pane, Receipt]]:
+        """Admit every target or none, under one fence check and one hold of the locks."""
+        if len(set(names)) != len(names):
+            raise PanewardenError(ErrorCode.INVALID_ARGUMENT, "a pane is named twice")
+        async with self._stores.locks.hold("controller", "reviewer", "writer", "receipts"):
+            ctl = self._authority.check(identity, creds)
+            admitted = [self._admit(ctl, name) for name in names]
+            for _pane, _lease, receipt in admitted:
+                self._stores.receipts.save(receipt.receipt_id, receipt)
+        return [(pane, receipt) for pane, _lease, receipt in admitted]
+
+    # ------------------------------------------------------------ delivery
+
+    async def _deliver(self, pane: Pane, receipt: Receipt, text: str) -> Receipt:
+        """Type the prompt; the receipt becomes pending once its turn began."""
+        turn_before = pane.status.turn
+        try:
+            cursor, _turn = await self._driver.send_input(
+                pane.name, text, True, None, through_lease=True
+            )
+        except PanewardenError as exc:
+            if exc.code in CLEAN_REFUSALS:
+                self._save(receipt, state="failed", failure_stage="deliver", failure_code=exc.code)
+            else:
+                log.warning(
+                    "delivery of receipt %s is ambiguous (%s); it stays reserved",
+                    receipt.receipt_id,
+                    exc.code.value,
+                    extra={"pane": pane.name},
+                )
+            raise
+        receipt = self._save(receipt, cursor=cursor)
+        started = await _turn_start(pane, cursor, turn_before, TURN_START_TIMEOUT_S)
+        if started is None:
+            raise PanewardenError(
+                ErrorCode.DELIVERY_AMBIGUOUS,
+                f"the prompt was taken but pane {pane.name!r} showed no new turn within "
+                f"{TURN_START_TIMEOUT_S:.0f}s; receipt {receipt.receipt_id} stays reserved",
+            )
+        return self._save(receipt, state="pending", turn=started.turn)
+
+    async def relay(self, identity: str, creds: Credentials, name: str, text: str) -> str:
+        """Hand a prompt to a leased pane; returns the receipt once its turn began."""
+        ((pane, receipt),) = await self._admit_all(identity, creds, [name])
+        pending = await self._deliver(pane, receipt, text)
+        return pending.receipt_id
+
+    async def batch(
+        self,
+        identity: str,
+        creds: Credentials,
+        requests: Sequence[HandoffRequest],
+        mode: Mode,
+        timeout_s: float,
+        lines: int | None,
+    ) -> Outcome:
+        """Admit all, deliver all at once, then collect (all, or the first to settle)."""
+        admitted = await self._admit_all(identity, creds, [r.name for r in requests])
+        texts = {r.name: r.text for r in requests}
+        outcome = Outcome()
+        delivered: list[Receipt] = []
+        results = await asyncio.gather(
+            *(self._deliver(pane, receipt, texts[pane.name]) for pane, receipt in admitted),
+            return_exceptions=True,
+        )
+        for (pane, receipt), result in zip(admitted, results, strict=True):
+            if isinstance(result, PanewardenError):
+                outcome.failed.append(_failure(receipt.receipt_id, pane.name, "deliver", result))
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                delivered.append(result)
+        await self._collect_into(outcome, delivered, mode, timeout_s, lines)
+        return outcome
+
+    # ------------------------------------------------------------ collection
+
+    async def collect(
+        self,
+        identity: str,
+        creds: Credentials,
+        receipt_ids: Sequence[str],
+        mode: Mode,
+        timeout_s: float,
+        lines: int | None,
+    ) -> Outcome:
+        """Collect receipts without typing anything."""
+        if len(set(receipt_ids)) != len(receipt_ids):
+            raise PanewardenError(ErrorCode.INVALID_ARGUMENT, "a receipt is listed twice")
+        async with self._stores.locks.hold("controller"):
+            ctl = self._authority.check(identity, creds)
+        receipts = [self._load(ctl.controller_id, rid) for rid in receipt_ids]
+        outcome = Outcome()
+        await self._collect_into(outcome, receipts, mode, timeout_s, lines)
+        return outcome
+
+    async def _collect_into(
+        self,
+        outcome: Outcome,
+        receipts: Sequence[Receipt],
+        mode: Mode,
+        timeout_s: float,
+        lines: int | None,
+    ) -> None:
+        waiting: list[Receipt] = []
+        for receipt in receipts:
+            if receipt.state == "completed":
+                outcome.completed.append(await self._replay(receipt, lines))
+            elif receipt.state in ("failed", "abandoned"):
+                outcome.failed.append(_recorded_failure(receipt))
+            elif receipt.state == "reserved":
+                outcome.failed.append(
+                    {
+                        "receipt": receipt.receipt_id,
+                        "name": receipt.name,
+                        "stage": "deliver",
+                        "code": ErrorCode.DELIVERY_AMBIGUOUS.value,
+                    }
+                )
+            else:
+                waiting.append(receipt)
+        if not waiting:
+            return
+        tasks = {asyncio.ensure_future(self._settle(r, timeout_s, lines)): r for r in waiting}
+        order = list(tasks)
+        try:
+            pending = set(tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if mode == "first" and any(t.result() is not None for t in done):
+                    break
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for task in order:
+            receipt = tasks[task]
+            result = task.result() if task.done() and not task.cancelled() else None
+            if result is None:
+                outcome.pending.append(receipt.receipt_id)
+            elif "code" in result:
+                outcome.failed.append(result)
+            else:
+                outcome.completed.append(result)
+
+    async def _settle(
+        self, receipt: Receipt, timeout_s: float, lines: int | None
+    ) -> dict[str, Any] | None:
+        """Wait for the settle of the receipt's turn; None on timeout."""
+        assert receipt.cursor is not None and receipt.turn is not None
+        pane = self._registry.panes.get(receipt.name)
+        if pane is None or pane.handle.instance != receipt.instance:
+            return self._fail(receipt, "collect", ErrorCode.IDENTITY_CHANGED)
+        try:
+            settled = await _turn_settle(pane, receipt.cursor, receipt.turn, timeout_s)
+        except PanewardenError as exc:
+            return self._fail(receipt, "collect", exc.code)
+        if settled is None:
+            return None
+        if settled.lifecycle == "lost":
+            return self._fail(receipt, "collect", ErrorCode.WORKER_LOST)
+        output = await self._capture(pane, settled.seq, lines)
+        digest = None if output is None else hashlib.sha256(output.encode()).hexdigest()
+        if settled.state != "blocked":
+            self._save(receipt, state="completed", result=status_of(settled), capture_sha256=digest)
+        return _completed(receipt, settled, output)
+
+    async def _capture(self, pane: Pane, seq: int, lines: int | None) -> str | None:
+        """The pane's screen, only if it is still at ``seq`` (checked in the worker)."""
+        count = DEFAULT_CAPTURE_LINES if lines is None else lines
+        try:
+            reply = await self._driver.rpc(
+                pane,
+                lambda rid: ReadScreen(rid=rid, lines=count, scrollback=True, expected_seq=seq),
+            )
+        except PanewardenError as exc:
+            if exc.code in (ErrorCode.CURSOR_MISMATCH, ErrorCode.WORKER_LOST):
+                return None
+            raise
+        assert isinstance(reply, ScreenText)
+        return reply.text
+
+    async def _replay(self, receipt: Receipt, lines: int | None) -> dict[str, Any]:
+        assert receipt.result is not None
+        pane = self._registry.panes.get(receipt.name)
+        output = None
+        if pane is not None and pane.handle.instance == receipt.instance:
+            output = await self._capture(pane, receipt.result.seq, lines)
+        return {
+            "receipt": receipt.receipt_id,
+            "name": receipt.name,
+            "status": _status_dict(receipt.name, receipt.result),
+            "output": output,
+        }
+
+    def _fail(self, receipt: Receipt, stage: str, code: ErrorCode) -> dict[str, Any]:
+        self._save(receipt, state="failed", failure_stage=stage, failure_code=code.value)
+        return {
+            "receipt": receipt.receipt_id,
+            "name": receipt.name,
+            "stage": stage,
+            "code": code.value,
+        }
+
+    # ------------------------------------------------------------ abandon
+
+    async def abandon(self, identity: str, creds: Credentials, receipt_id: str) -> Receipt:
+        """Release an outstanding receipt once its pane is seen settled (or gone)."""
+        async with self._stores.locks.hold("controller", "receipts"):
+            ctl = self._authority.check(identity, creds)
+            receipt = self._load(ctl.controller_id, receipt_id)
+            if receipt.state not in OUTSTANDING_RECEIPTS:
+                raise PanewardenError(
+                    ErrorCode.LEASE_STATE, f"receipt {receipt_id} is {receipt.state}"
+                )
+            pane = self._registry.panes.get(receipt.name)
+            if (
+                pane is not None
+                and pane.handle.instance == receipt.instance
+                and not _settled(pane.status)
+            ):
+                raise PanewardenError(
+                    ErrorCode.PANE_BUSY,
+                    f"pane {receipt.name!r} is {pane.status.state}; abandon once it settles",
+                )
+            return self._save(receipt, state="abandoned")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _settled(status: PaneStatusFields) -> bool:
+    return status.state in SETTLED or status.lifecycle in SETTLED
+
+
+async def _next_status(pane: Pane, after_seq: int, timeout_s: float) -> PaneStatusFields | None:
+    """The first status after ``after_seq`` (any state), or None on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for record in pane.history:
+            if record.seq > after_seq:
+                return record
+        if pane.status.seq > after_seq:
+            return pane.status
+        if pane.removed:
+            return None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        try:
+            await asyncio.wait_for(pane.changed.wait(), remaining)
+        except TimeoutError:
+            return None
+
+
+async def _turn_start(
+    pane: Pane, cursor: int, turn_before: int, timeout_s: float
+) -> PaneStatusFields | None:
+    """The first status after ``cursor`` that opened a turn after ``turn_before``."""
+    deadline = time.monotonic() + timeout_s
+    seq = cursor
+    while (remaining := deadline - time.monotonic()) > 0:
+        status = await _next_status(pane, seq, remaining)
+        if status is None:
+            return None
+        if status.turn > turn_before:
+            return status
+        if status.lifecycle in ("exited", "lost"):
+            return None
+        seq = status.seq
+    return None
+
+
+async def _turn_settle(
+    pane: Pane, cursor: int, turn: int, timeout_s: float
+) -> PaneStatusFields | None:
+    """The settle of ``turn``: its first settled status after ``cursor`` — a ``blocked``
+    one only while it is the pane's latest (answered, the turn goes on) — or the pane's
+    end. None on timeout.
+
+    Raises:
+        PanewardenError: ``cursor_mismatch`` when a later turn began and the settle of
+            this one is no longer in the pane's history.
+    """
+    deadline = time.monotonic() + timeout_s
+    seq = cursor
+    while (remaining := deadline - time.monotonic()) > 0:
+        status = await _next_status(pane, seq, remaining)
+        if status is None:
+            return None
+        seq = status.seq
+        if status.lifecycle in ("exited", "lost"):
+            return status
+        if status.turn > turn:
+            raise PanewardenError(
+                ErrorCode.CURSOR_MISMATCH,
+                "the pane moved to a later turn; this turn's result is no longer known",
+            )
+        if status.turn == turn and _settled(status):
+            if status.state == "blocked" and pane.status.seq > status.seq:
+                continue  # the dialog was answered: the turn went on
+            return status
+    return None
+
+
+def _status_dict(name: str, status: SettledStatus) -> dict[str, Any]:
+    return {
+        "name": name,
+        "lifecycle": status.lifecycle,
+        "state": status.state,
+        "kind": status.kind,
+        "turn": status.turn,
+        "seq": status.seq,
+        "source": status.source,
+        "exit_code": status.exit_code,
+    }
+
+
+def _completed(receipt: Receipt, status: PaneStatusFields, output: str | None) -> dict[str, Any]:
+    return {
+        "receipt": receipt.receipt_id,
+        "name": receipt.name,
+        "status": _status_dict(receipt.name, status_of(status)),
+        "output": output,
+    }
+
+
+def _failure(receipt_id: str, name: str, stage: str, exc: PanewardenError) -> dict[str, Any]:
+    return {"receipt": receipt_id, "name": name, "stage": stage, "code": exc.code.value}
+
+
+def _recorded_failure(receipt: Receipt) -> dict[str, Any]:
+    return {
+        "receipt": receipt.receipt_id,
+        "name": receipt.name,
+        "stage": receipt.failure_stage or receipt.state,
+        "code": receipt.failure_code or receipt.state,
+    }

@@ -1,0 +1,153 @@
+"""The durable records of the coordination layer (docs/design.md §7, §8).
+
+All are msgspec Structs with a ``version``, stored one file each (see
+:mod:`supervisor.store.records`). None holds a secret in the clear (fence tokens only as
+SHA-256), a prompt, screen output, argv or environment: results are kept as digests.
+
+State machines (every transition is in the module that owns the record):
+
+- controller lease: ``active`` → ``released`` (by its holder, with a checkpoint) or
+  ``superseded`` (resumed or taken over: a new lease, generation + 1, names it as its
+  predecessor). ``active`` past ``expires_at`` is *expired*: refused as credentials,
+  open to takeover.
+- pane lease (reviewer, writer, adopted): ``provisioning`` → ``active`` →
+  ``closing``/``releasing`` → ``closed``/``released``; ``failed_closed`` when a start
+  failed (nothing left running); ``release_failed`` when a release could not finish;
+  ``orphaned`` when its pane was found gone. *Retained* states keep the pane leased and
+  block conflicting leases.
+- receipt: ``reserved`` (admitted, delivery under way or ambiguous) → ``pending``
+  (the pane entered the prompt's turn) → ``completed`` (that turn settled and was
+  collected); ``failed`` (delivery refused, pane gone or re-created); ``abandoned``
+  (an ambiguous one released by the controller once the pane was seen settled).
+  ``reserved`` and ``pending`` are *outstanding*: they block new prompts to the pane.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from supervisor.panes.pane import PaneLeaseType
+
+RECORD_VERSION = 1
+
+ControllerState = Literal["active", "released", "superseded"]
+PaneLeaseState = Literal[
+    "provisioning",
+    "active",
+    "closing",
+    "closed",
+    "releasing",
+    "released",
+    "release_failed",
+    "failed_closed",
+    "orphaned",
+]
+ReceiptState = Literal["reserved", "pending", "completed", "failed", "abandoned"]
+
+RETAINED_STATES: frozenset[str] = frozenset(
+    {"provisioning", "active", "closing", "releasing", "release_failed", "orphaned"}
+)
+OUTSTANDING_RECEIPTS: frozenset[str] = frozenset({"reserved", "pending"})
+
+
+class ControllerLease(msgspec.Struct, forbid_unknown_fields=True):
+    """One generation of a controller's authority."""
+
+    version: int
+    lease_id: str
+    controller_id: str
+    # Who holds it: "http:<client>", "stdio", or "pane:<name>:<instance>".
+    identity: str
+    generation: int
+    fence_sha256: str
+    state: ControllerState
+    authority_ref: str
+    authority_sha256: str
+    ttl_s: int
+    created_at: float
+    renewed_at: float
+    expires_at: float
+    predecessor_lease_id: str | None = None
+    ended_at: float | None = None
+    checkpoint_ref: str | None = None
+    checkpoint_sha256: str | None = None
+
+
+class WriterTerms(msgspec.Struct, forbid_unknown_fields=True):
+    """What a writer lane was admitted with (Git evidence, scopes)."""
+
+    repository: str  # the git common dir: one repository, whatever the worktree
+    worktree: str
+    branch: str
+    base_commit: str
+    head: str
+    status_sha256: str
+    owned_scopes: list[str]
+    locked_scopes: list[str]
+    protected_branches: list[str]
+    ticket_ref: str
+    release_head: str | None = None
+    release_status_sha256: str | None = None
+
+
+class PaneLease(msgspec.Struct, forbid_unknown_fields=True):
+    """A controller's lease on one pane: reviewer, writer, or adopted (cleanup-only)."""
+
+    version: int
+    lease_id: str
+    lease_type: PaneLeaseType
+    controller_id: str
+    name: str
+    state: PaneLeaseState
+    created_at: float
+    updated_at: float
+    purpose: str = ""
+    # The pane's worker instance once it runs: a pane re-created under the same name is
+    # another instance, never this lease's.
+    instance: str | None = None
+    profile: str | None = None
+    cwd: str | None = None
+    authority_ref: str | None = None
+    authority_sha256: str | None = None
+    checkpoint_ref: str | None = None
+    checkpoint_sha256: str | None = None
+    closed_seq: int | None = None
+    capture_sha256: str | None = None
+    failure: str | None = None
+    writer: WriterTerms | None = None
+
+
+class SettledStatus(msgspec.Struct, forbid_unknown_fields=True):
+    """A pane status as a receipt keeps it (no output)."""
+
+    lifecycle: str
+    state: str
+    kind: str | None
+    turn: int
+    seq: int
+    source: str
+    exit_code: int | None = None
+
+
+class Receipt(msgspec.Struct, forbid_unknown_fields=True):
+    """A prompt handed to a leased pane, bound to the turn it started."""
+
+    version: int
+    receipt_id: str
+    controller_id: str
+    lease_id: str
+    lease_type: PaneLeaseType
+    name: str
+    instance: str
+    state: ReceiptState
+    created_at: float
+    updated_at: float
+    # The pane's seq before the prompt was typed, and the turn the prompt started.
+    cursor: int | None = None
+    turn: int | None = None
+    result: SettledStatus | None = None
+    capture_sha256: str | None = None
+    failure_stage: str | None = None
+    failure_code: str | None = None

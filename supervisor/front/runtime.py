@@ -1,0 +1,155 @@
+"""Running the supervisor: state dir, lock, profiles, worker socket, transport, signals.
+
+``serve`` is the one entry used by every transport. SIGTERM and SIGINT stop the
+service gracefully (panes closed unless ``keep_panes``); SIGHUP reloads the
+profiles file atomically (a bad file keeps the old policy and logs why).
+Signal handlers only record; the loop does the work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from protocol.errors import PanewardenError
+from supervisor.config import ServiceConfig
+from supervisor.control.service import ControlService
+from supervisor.lanes.service import LaneService
+from supervisor.panes.service import PaneService, demo_argv
+from supervisor.profiles.policy import ProfileSet, load_profiles
+from supervisor.store.statedir import (
+    SupervisorLock,
+    atomic_write,
+    ensure_private_dir,
+    runtime_socket_path,
+)
+
+log = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def load_policy(config: ServiceConfig) -> ProfileSet:
+    """Load the launch profiles named by the config (the built-in demo without a file)."""
+    return load_profiles(config.profiles_path, demo_argv=demo_argv())
+
+
+@dataclass(frozen=True)
+class Services:
+    """The running service's cores: the panes, and the authority over them."""
+
+    panes: PaneService
+    control: ControlService
+    lanes: LaneService
+
+
+@asynccontextmanager
+async def running_service(
+    config: ServiceConfig, keep_panes: bool = False
+) -> AsyncIterator[Services]:
+    """Lock the state dir, start the pane and control cores, and stop them on exit."""
+    state = ensure_private_dir(config.state_dir)
+    lock = SupervisorLock(state)
+    lock.acquire()
+    try:
+        profiles = load_policy(config)
+        sock_path = runtime_socket_path(state, dict(config.environ))
+        ensure_private_dir(sock_path.parent.parent)
+        ensure_private_dir(sock_path.parent)
+        sock_path.unlink(missing_ok=True)
+        run_dir = ensure_private_dir(state / "run")
+        atomic_write(run_dir / "endpoint", f"ipc://{sock_path}\n".encode())
+        service = PaneService(
+            config, profiles, f"ipc://{sock_path}", watchdog_period_s=config.watchdog_period_s
+        )
+        await service.start()
+        control = ControlService(config, service)
+        control.start()
+        try:
+            yield Services(service, control, LaneService(control))
+        finally:
+            try:
+                await service.stop(keep_panes=keep_panes)
+            finally:
+                _release_stop_signals()
+            sock_path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                # The socket's own directory (one per state dir) goes with it.
+                sock_path.parent.rmdir()
+    finally:
+        lock.release()
+
+
+def reload_profiles(service: PaneService, config: ServiceConfig) -> bool:
+    """Swap in a freshly loaded profiles file; keep the old one if it is bad."""
+    try:
+        profiles = load_policy(config)
+    except PanewardenError as exc:
+        log.error(
+            "profiles reload refused, keeping the old ones: %s",
+            exc.message,
+            extra={"code": exc.code.value},
+        )
+        return False
+    service.replace_profiles(profiles)
+    log.info("profiles reloaded: %s", ", ".join(profiles.names()) or "(none)")
+    return True
+
+
+async def serve_until_signalled(
+    service: PaneService,
+    config: ServiceConfig,
+    serve: Callable[[], Awaitable[None]],
+    on_reload: Callable[[], None] | None = None,
+    on_stop: Callable[[], None] | None = None,
+) -> None:
+    """Run ``serve`` until it returns or SIGTERM/SIGINT arrives; SIGHUP reloads.
+
+    A stop signal calls ``on_stop`` (which must make ``serve`` return soon), or cancels
+    ``serve`` when there is none. Stop signals stay handled (logged and ignored) after
+    this returns, while the caller closes the panes: a client that sends SIGINT then
+    SIGTERM must not kill the service in the middle of its stop. ``running_service``
+    hands them back to the default when the service has stopped.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(serve())
+
+    def stop(signum: int) -> None:
+        log.info("stopping on signal %d", signum)
+        if on_stop is not None:
+            on_stop()
+        else:
+            task.cancel()
+
+    def reload() -> None:
+        reload_profiles(service, config)
+        if on_reload is not None:
+            on_reload()
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop, sig)
+    loop.add_signal_handler(signal.SIGHUP, reload)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, _already_stopping, sig)
+        loop.remove_signal_handler(signal.SIGHUP)
+
+
+def _already_stopping(signum: int) -> None:
+    log.info("already stopping (signal %d)", signum)
+
+
+def _release_stop_signals() -> None:
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.remove_signal_handler(sig)

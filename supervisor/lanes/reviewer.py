@@ -1,0 +1,190 @@
+"""Reviewer lanes: a pane started from a profile under a controller's lease.
+
+``start``: under the controller and reviewer locks, after the fence check, a
+``provisioning`` lease is written first (naming the pane); the pane is then started
+already tagged with the lease, and the lease records the worker's instance before the
+pane is visible, then turns ``active``. A start that fails leaves the lease
+``failed_closed`` and nothing running. A leased pane refuses plain ``send_input`` and
+``remove_pane``; it takes prompts through ``relay``/``handoff`` and is closed by
+``close`` (capture + close in one worker step at ``expected_seq``) or ``cleanup``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.errors import ErrorCode, PanewardenError
+from supervisor.control.controllers import ControllerAuthority, Credentials
+from supervisor.control.fences import new_id
+from supervisor.control.pane_leases import PaneLeases
+from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease
+from supervisor.control.stores import ControlStores
+from supervisor.lanes.closing import BUSY_STATES, close_leased
+from supervisor.panes.lifecycle import PaneLifecycle
+from supervisor.panes.pane import LeaseTag, Pane
+
+# Agent kinds whose model and effort can be chosen at start, and the flags that say so.
+MODEL_FLAGS = {"claude": ("--model", "--effort")}
+
+
+@dataclass
+class CleanupReport:
+    """What ``cleanup`` closed (or would close) and what it kept, with why."""
+
+    dry_run: bool
+    closed: list[str] = field(default_factory=list)
+    preserved: list[dict[str, str]] = field(default_factory=list)
+
+    def as_result(self) -> dict[str, Any]:
+        """The tool result shape."""
+        return {"dry_run": self.dry_run, "closed": self.closed, "preserved": self.preserved}
+
+
+class ReviewerLanes:
+    """reviewer_start, reviewer_list, reviewer_close, reviewer_cleanup."""
+
+    def __init__(
+        self,
+        stores: ControlStores,
+        authority: ControllerAuthority,
+        leases: PaneLeases,
+        lifecycle: PaneLifecycle,
+    ) -> None:
+        self._stores = stores
+        self._authority = authority
+        self._leases = leases
+        self._lifecycle = lifecycle
+
+    def leases(self) -> list[PaneLease]:
+        """Every reviewer lease, oldest first."""
+        return self._leases.all("reviewer")
+
+    async def start(
+        self,
+        identity: str,
+        creds: Credentials,
+        name: str,
+        profile: str,
+        cwd: str,
+        purpose: str,
+        model: str | None = None,
+        effort: str | None = None,
+    ) -> PaneLease:
+        """Start a leased reviewer pane; returns its active lease."""
+        async with self._stores.locks.hold("controller", "reviewer"):
+            ctl = self._authority.check(identity, creds)
+            if self._leases.retained_for(name) is not None:
+                raise PanewardenError(
+                    ErrorCode.PANE_EXISTS, f"a retained lease already names pane {name!r}"
+                )
+            now = self._leases.now()
+            lease = PaneLease(
+                version=RECORD_VERSION,
+                lease_id=new_id("rev"),
+                lease_type="reviewer",
+                controller_id=ctl.controller_id,
+                name=name,
+                state="provisioning",
+                created_at=now,
+                updated_at=now,
+                purpose=purpose,
+                profile=profile,
+                cwd=cwd,
+            )
+            self._stores.pane_leases["reviewer"].save(lease.lease_id, lease)
+            tag = LeaseTag(lease.lease_id, "reviewer", ctl.controller_id)
+
+            def spawned(instance: str) -> None:
+                nonlocal lease
+                lease = self._leases.save(lease, instance=instance)
+
+            try:
+                extra = self._model_args(profile, model, effort)
+                pane = await self._lifecycle.start_pane(
+                    name, profile, cwd=cwd, extra_args=extra, lease=tag, on_spawn=spawned
+                )
+            except PanewardenError as exc:
+                self._leases.save(lease, state="failed_closed", failure=exc.code.value)
+                raise
+            except BaseException:
+                self._leases.save(lease, state="failed_closed", failure="cancelled")
+                raise
+            return self._leases.save(lease, state="active", instance=pane.handle.instance)
+
+    def _model_args(self, profile: str, model: str | None, effort: str | None) -> list[str] | None:
+        if model is None and effort is None:
+            return None
+        agent = self._lifecycle.agent_of(profile)
+        flags = MODEL_FLAGS.get(agent)
+        if flags is None:
+            raise PanewardenError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"model and effort are only chosen for agent kinds {sorted(MODEL_FLAGS)}, "
+                f"not {agent!r}",
+            )
+        args: list[str] = []
+        for flag, value in zip(flags, (model, effort), strict=True):
+            if value is not None:
+                # Each one must still be in the profile's extra_args allow-list.
+                args += [flag, value]
+        return args
+
+    async def close(
+        self, identity: str, creds: Credentials, lease_id: str, expected_seq: int
+    ) -> PaneLease:
+        """Capture and close the reviewer's pane at ``expected_seq``; the lease closes."""
+        async with self._stores.locks.hold("controller", "reviewer"):
+            ctl = self._authority.check(identity, creds)
+            lease = self._own(ctl.controller_id, lease_id)
+            if lease.state not in ("active", "provisioning"):
+                raise PanewardenError(
+                    ErrorCode.LEASE_STATE, f"reviewer lease {lease_id} is {lease.state}"
+                )
+            return await close_leased(self._leases, self._lifecycle, lease, expected_seq, "closed")
+
+    async def cleanup(self, identity: str, creds: Credentials, dry_run: bool) -> CleanupReport:
+        """Close every settled reviewer pane of this controller; keep (and say why) the
+        working, blocked, gone or mismatched ones."""
+        report = CleanupReport(dry_run)
+        async with self._stores.locks.hold("controller", "reviewer"):
+            ctl = self._authority.check(identity, creds)
+            for lease in self.leases():
+                if lease.controller_id != ctl.controller_id or lease.state not in RETAINED_STATES:
+                    continue
+                pane = self._leases.pane_of(lease)
+                reason = _kept_because(lease, pane)
+                if reason is not None:
+                    report.preserved.append({"lease_id": lease.lease_id, "reason": reason})
+                    continue
+                assert pane is not None
+                if not dry_run:
+                    try:
+                        await close_leased(
+                            self._leases, self._lifecycle, lease, pane.status.seq, "closed"
+                        )
+                    except PanewardenError as exc:
+                        report.preserved.append(
+                            {"lease_id": lease.lease_id, "reason": exc.code.value}
+                        )
+                        continue
+                report.closed.append(lease.lease_id)
+        return report
+
+    def _own(self, controller_id: str, lease_id: str) -> PaneLease:
+        lease = self._leases.get("reviewer", lease_id)
+        if lease.controller_id != controller_id:
+            raise PanewardenError(
+                ErrorCode.LEASE_CONFLICT, f"reviewer lease {lease_id} is another controller's"
+            )
+        return lease
+
+
+def _kept_because(lease: PaneLease, pane: Pane | None) -> str | None:
+    if lease.state != "active":
+        return f"lease is {lease.state}"
+    if pane is None:
+        return "pane gone or re-created (reconcile the lease)"
+    if pane.status.lifecycle == "running" and pane.status.state in BUSY_STATES:
+        return f"pane is {pane.status.state}"
+    return None

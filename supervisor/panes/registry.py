@@ -1,0 +1,177 @@
+"""The pane registry: which panes exist, under which names, and what their workers say.
+
+A name is reserved (and the pane limit counted) in one synchronous step before any
+await of a start, so concurrent starts of one name get exactly one pane. A pane is
+known by its worker's instance id from the moment its worker is spawned (so events
+and deaths find it) and by its name once it is running. Panes re-adopted after a
+restart are listed at once, but every lookup through ``ready`` waits (bounded) until
+the worker has introduced itself, so no answer shows a re-adopted pane as
+``starting`` with seq 0.
+
+Worker events reach panes here and only here: the registry is the single writer of
+every pane's status (``Pane.observe`` for the worker's records, ``Pane.mark_lost``
+when the worker died).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from protocol.errors import ErrorCode, PanewardenError
+from protocol.messages import Descendants, Exited, Hello, OutputMatch, Status, ToSupervisor
+from supervisor.panes.pane import Pane
+from supervisor.panes.workers import WorkerHandle
+
+log = logging.getLogger(__name__)
+
+# How long a lookup waits for a re-adopted worker to introduce itself.
+ADOPTION_WAIT_S = 8.0
+
+OutputSink = Callable[[OutputMatch], None]
+
+
+class PaneRegistry:
+    """Panes by name and by worker instance; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.panes: dict[str, Pane] = {}
+        self._by_instance: dict[str, Pane] = {}
+        self._reserved: set[str] = set()
+        self._adopting: dict[str, asyncio.Task[None]] = {}
+        self._output_sinks: list[OutputSink] = []
+
+    # ------------------------------------------------------------ names
+
+    @contextmanager
+    def reserve(self, name: str, limit: int) -> Iterator[None]:
+        """Hold ``name`` (and a place under ``limit``) for a start; released on exit.
+
+        Raises:
+            PanewardenError: ``pane_exists`` or ``pane_limit``, checked in this one step.
+        """
+        if name in self.panes or name in self._reserved:
+            raise PanewardenError(ErrorCode.PANE_EXISTS, f"a pane named {name!r} exists")
+        if len(self.panes) + len(self._reserved) >= limit:
+            raise PanewardenError(ErrorCode.PANE_LIMIT, f"the limit of {limit} panes is reached")
+        self._reserved.add(name)
+        try:
+            yield
+        finally:
+            self._reserved.discard(name)
+
+    def track(self, pane: Pane) -> None:
+        """Know ``pane`` by its worker instance (events and death find it) before it runs."""
+        self._by_instance[pane.handle.instance] = pane
+
+    def publish(self, pane: Pane) -> None:
+        """Make a running pane visible under its name."""
+        self.panes[pane.name] = pane
+        self.track(pane)
+
+    def adopting(self, pane: Pane, task: asyncio.Task[None]) -> None:
+        """A re-adopted pane, listed now, whose worker ``task`` waits to hear from."""
+        self.publish(pane)
+        self._adopting[pane.name] = task
+
+    def adopted(self, pane: Pane) -> None:
+        """The re-adoption of ``pane`` is settled (proven, or dropped)."""
+        self._adopting.pop(pane.name, None)
+
+    def adoptions(self) -> list[asyncio.Task[None]]:
+        """Re-adoptions still waiting for their worker."""
+        return list(self._adopting.values())
+
+    def drop(self, pane: Pane) -> None:
+        """Forget ``pane`` under its name and its instance; wake its waiters."""
+        if self.panes.get(pane.name) is pane:
+            del self.panes[pane.name]
+        self._by_instance.pop(pane.handle.instance, None)
+        pane.mark_removed()
+
+    # ------------------------------------------------------------ lookup
+
+    def get(self, name: str) -> Pane:
+        """The pane called ``name``; raises not_found."""
+        pane = self.panes.get(name)
+        if pane is None:
+            raise PanewardenError(ErrorCode.NOT_FOUND, f"no pane named {name!r}")
+        return pane
+
+    async def ready(self, name: str) -> Pane:
+        """The pane called ``name`` once it is known (a re-adopted worker has introduced
+        itself, bounded); raises not_found."""
+        task = self._adopting.get(name)
+        if task is not None:
+            await asyncio.wait({task}, timeout=ADOPTION_WAIT_S)
+        return self.get(name)
+
+    async def ready_all(self) -> list[Pane]:
+        """Every pane, by name, once pending re-adoptions are settled (bounded)."""
+        if self._adopting:
+            await asyncio.wait(set(self._adopting.values()), timeout=ADOPTION_WAIT_S)
+        return self.running()
+
+    def running(self) -> list[Pane]:
+        """Every running pane, by name."""
+        return [self.panes[n] for n in sorted(self.panes)]
+
+    def every_worker_pane(self) -> list[Pane]:
+        """Every pane that has a worker, starting ones included."""
+        return list(self._by_instance.values())
+
+    def by_instance(self, instance: str) -> Pane | None:
+        """The pane whose worker has this instance id, if any."""
+        return self._by_instance.get(instance)
+
+    # ------------------------------------------------------------ worker events
+
+    def on_output_match(self, sink: OutputSink) -> None:
+        """Call ``sink`` with every ``OutputMatch`` a worker pushes."""
+        self._output_sinks.append(sink)
+
+    def on_worker_event(self, handle: WorkerHandle, msg: ToSupervisor) -> None:
+        """Route one pushed frame of a proven worker (Hello included) to its pane."""
+        pane = self._by_instance.get(handle.instance)
+        match msg:
+            case Hello(status=status, child_pid=child_pid):
+                if pane is not None:
+                    pane.pid = child_pid
+                    pane.observe(status)
+            case Status(status=status):
+                if pane is not None:
+                    pane.observe(status)
+            case Descendants(procs=procs, session_id=session_id):
+                handle.descendants = frozenset((int(p), int(t)) for p, t in procs)
+                handle.session_id = session_id
+            case OutputMatch():
+                for sink in self._output_sinks:
+                    sink(msg)
+            case Exited(exit_code=code, killed=killed):
+                log.info(
+                    "program exited (%s), %d leftovers killed",
+                    code,
+                    killed,
+                    extra={"pane": handle.pane, "worker_pid": handle.pid},
+                )
+            case _:
+                pass
+
+    def worker_died(self, handle: WorkerHandle, killed: int) -> Pane | None:
+        """Record a worker's death on its pane; returns a pane whose re-adopted worker
+        died unproven (the caller forgets it), else None."""
+        pane = self._by_instance.get(handle.instance)
+        if pane is None or pane.closing:
+            return None
+        if not handle.proven:
+            return pane
+        log.error(
+            "worker died (exit %s); pane lost, %d processes killed",
+            handle.exit_code,
+            killed,
+            extra={"pane": pane.name, "worker_pid": handle.pid},
+        )
+        pane.mark_lost()
+        return None

@@ -1,0 +1,103 @@
+"""The pane service: the parts of the supervisor's core, wired together.
+
+``PaneService`` owns the worker socket (``workers``), the registry of panes and their
+status (``registry``), starting/removing/re-adopting (``lifecycle``), driving running
+panes (``driver``), the watchdog and the sweep of leftovers, and starts and stops them
+in order. The front-end calls the parts directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+
+from supervisor.config import ServiceConfig
+from supervisor.panes import orphans
+from supervisor.panes.driving import PaneDriver
+from supervisor.panes.lifecycle import PaneLifecycle
+from supervisor.panes.records import PaneRecords
+from supervisor.panes.registry import PaneRegistry
+from supervisor.panes.watchdog import DEFAULT_PERIOD_S, Watchdog
+from supervisor.panes.workers import WorkerHandle, WorkerManager
+from supervisor.profiles.policy import ProfileSet
+
+SWEEP_INTERVAL_S = 1.0
+
+
+def demo_argv() -> list[str]:
+    """How the built-in demo profile starts the bundled demo agent."""
+    return [sys.executable, "-m", "supervisor.demo.agent"]
+
+
+class PaneService:
+    """The supervisor's pane core; see the module docstring."""
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        profiles: ProfileSet,
+        endpoint: str,
+        watchdog_period_s: float = DEFAULT_PERIOD_S,
+    ) -> None:
+        self.config = config
+        self.profiles = profiles
+        self.registry = PaneRegistry()
+        self.workers = WorkerManager(
+            endpoint,
+            self.registry.on_worker_event,
+            self._on_death,
+            heartbeat_loss_s=config.heartbeat_loss_s,
+        )
+        self.records = PaneRecords(config.state_dir)
+        self.lifecycle = PaneLifecycle(
+            config, self.registry, self.workers, self.records, lambda: self.profiles
+        )
+        self.driver = PaneDriver(self.registry, self.workers)
+        self.watchdog = Watchdog(self.registry, self.driver, period_s=watchdog_period_s)
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Become a subreaper, bind the worker socket, re-adopt surviving panes, then
+        start the sweeper and the watchdog."""
+        orphans.become_subreaper()
+        self.workers.bind()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGCHLD, self._sweep)
+        self._sweeper = loop.create_task(self._sweep_loop(), name="leftover-sweeper")
+        await self.lifecycle.readopt()
+        self.watchdog.start()
+
+    async def stop(self, keep_panes: bool = False) -> None:
+        """Close every pane (unless ``keep_panes``), then the worker socket."""
+        # First, so that no nudge is typed into a pane that is being closed.
+        await self.watchdog.stop()
+        await self.lifecycle.stop(keep_panes)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGCHLD)
+        await self.workers.close()
+
+    def replace_profiles(self, profiles: ProfileSet) -> None:
+        """Use a new launch policy for panes started from now on."""
+        self.profiles = profiles
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL_S)
+            self._sweep()
+
+    def _sweep(self) -> None:
+        orphans.sweep_leftovers(self.workers.managed_pids)
+
+    def _on_death(self, handle: WorkerHandle) -> None:
+        killed = orphans.kill_recorded(handle.session_id, handle.descendants)
+        killed |= orphans.sweep_leftovers(self.workers.managed_pids, already=killed)
+        unproven = self.registry.worker_died(handle, len(killed))
+        if unproven is not None:
+            # A re-adopted worker that died before it introduced itself: it did not
+            # survive the restart, as if its pid had been gone at adoption.
+            self.lifecycle.forget_unproven(unproven)

@@ -1,0 +1,447 @@
+"""The worker manager: spawn pane workers, talk to them, notice when they die.
+
+The supervisor binds one ROUTER socket; every worker connects a DEALER whose
+routing id is its pane instance id. A worker is ready once it sent ``Hello`` with
+the right protocol version and the proof of its secret (the secret reached it on
+an inherited pipe; only its hash is kept here). Death is noticed through the
+worker's pidfd (no polling) or, for a hung worker, heartbeat loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import importlib.util
+import itertools
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import zmq
+import zmq.asyncio
+
+from protocol import PROTOCOL_VERSION
+from protocol.boot import BootRecord, encode_boot
+from protocol.errors import ErrorCode, PanewardenError
+from protocol.framing import MAX_FRAME_BYTES, Codec, FrameError
+from protocol.messages import (
+    Closed,
+    Failed,
+    Heartbeat,
+    Hello,
+    Introduce,
+    Ok,
+    ScreenText,
+    ToSupervisor,
+    ToWorker,
+)
+from protocol.timing import DEFAULT_HEARTBEAT_LOSS_S, HEARTBEAT_S
+from supervisor.procfs import process_start_ticks
+
+log = logging.getLogger(__name__)
+
+HANDSHAKE_TIMEOUT_S = 20.0
+# How often a re-adopted worker is asked to introduce itself until it does.
+INTRODUCE_RETRY_S = 0.05
+MAX_INLINE_BOOT = 60_000  # stays below a pipe buffer, so the write cannot block
+
+Reply = Ok | Failed | ScreenText | Closed
+
+
+@dataclass
+class WorkerHandle:
+    """One worker process and what the supervisor knows about it."""
+
+    pane: str
+    instance: str
+    pid: int
+    secret_hash: bytes
+    proc: subprocess.Popen[bytes] | None
+    pidfd: int
+    ready: asyncio.Future[Hello]
+    pending: dict[int, asyncio.Future[Reply]] = field(default_factory=dict)
+    descendants: frozenset[tuple[int, int]] = frozenset()
+    session_id: int | None = None
+    last_rx: float = field(default_factory=time.monotonic)
+    dead: bool = False
+    died: asyncio.Event = field(default_factory=asyncio.Event)
+    exit_code: int | None = None
+
+    # Set when a Hello proved the secret (this supervisor's spawn, or a re-adoption).
+    introduced: bool = False
+
+    @property
+    def proven(self) -> bool:
+        """True once this process is known to be our worker: we spawned it, or its Hello
+        proved the secret. Only a proven worker is ever signalled."""
+        return self.proc is not None or self.introduced
+
+
+EventSink = Callable[[WorkerHandle, ToSupervisor], None]
+DeathSink = Callable[[WorkerHandle], None]
+
+
+def _worker_env(environ: dict[str, str]) -> dict[str, str]:
+    """The worker's own environment: enough to run Python, nothing secret."""
+    env: dict[str, str] = {
+        k: environ[k] for k in ("PATH", "HOME", "LANG", "PANEWARDEN_LOG_LEVEL") if k in environ
+    }
+    spec = importlib.util.find_spec("protocol")
+    roots = [] if spec is None or spec.origin is None else [str(Path(spec.origin).parent.parent)]
+    if environ.get("PYTHONPATH"):
+        roots.append(environ["PYTHONPATH"])
+    if roots:
+        env["PYTHONPATH"] = os.pathsep.join(roots)
+    return env
+
+
+class WorkerManager:
+    """Owns the ROUTER socket and every ``WorkerHandle``."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        on_event: EventSink,
+        on_death: DeathSink,
+        heartbeat_loss_s: float = DEFAULT_HEARTBEAT_LOSS_S,
+    ) -> None:
+        self.endpoint = endpoint
+        self._heartbeat_loss_s = heartbeat_loss_s
+        self._on_event = on_event
+        self._on_death = on_death
+        self._ctx = zmq.asyncio.Context()
+        self._sock: zmq.asyncio.Socket | None = None
+        self._codec = Codec()
+        self._rids = itertools.count(1)
+        self.by_instance: dict[str, WorkerHandle] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------ lifecycle
+
+    def bind(self) -> None:
+        """Bind the ROUTER socket (under umask 077: the socket file takes the umask)."""
+        sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        # No ROUTER_HANDOVER: a second connection claiming a live worker's routing id
+        # is ignored instead of taking the worker's place.
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES + 1024)
+        old = os.umask(0o077)
+        try:
+            sock.bind(self.endpoint)
+        finally:
+            os.umask(old)
+        self._sock = sock
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._receive_loop(), name="worker-rx"))
+        self._tasks.append(loop.create_task(self._heartbeat_loop(), name="worker-hb"))
+
+    async def close(self) -> None:
+        """Stop the loops and close the socket before the context."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        for handle in list(self.by_instance.values()):
+            self._forget(handle)
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+        self._ctx.term()
+
+    def managed_pids(self) -> set[int]:
+        """Pids of live workers: the orphan reaper must leave these alone."""
+        return {h.pid for h in self.by_instance.values() if not h.dead}
+
+    # ------------------------------------------------------------ spawning
+
+    def spawn(self, boot_fields: dict[str, object], environ: dict[str, str]) -> WorkerHandle:
+        """Start a worker for a pane; the caller awaits ``handle.ready``.
+
+        Raises PanewardenError(spawn_failed) when the process cannot be started.
+        """
+        secret = secrets.token_bytes(32)
+        instance = secrets.token_hex(8)
+        boot = BootRecord(
+            protocol_version=PROTOCOL_VERSION,
+            instance=instance,
+            secret=secret,
+            endpoint=self.endpoint,
+            **boot_fields,  # type: ignore[arg-type]
+        )
+        data = encode_boot(boot)
+        if len(data) > MAX_INLINE_BOOT:
+            raise PanewardenError(ErrorCode.SPAWN_FAILED, "launch spec too large")
+        read_fd, write_fd = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "paneworker", "--boot-fd", str(read_fd)],
+                pass_fds=(read_fd,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,  # stdout may be the MCP channel
+                env=_worker_env(environ),
+                cwd="/",
+                start_new_session=True,
+            )
+        except OSError as exc:
+            os.close(write_fd)
+            raise PanewardenError(ErrorCode.SPAWN_FAILED, f"cannot start a worker: {exc}") from exc
+        finally:
+            os.close(read_fd)
+        loop = asyncio.get_running_loop()
+        # Registered before any await, so the orphan reaper never mistakes it.
+        handle = WorkerHandle(
+            pane=str(boot_fields["pane"]),
+            instance=instance,
+            pid=proc.pid,
+            secret_hash=hashlib.sha256(secret).digest(),
+            proc=proc,
+            pidfd=os.pidfd_open(proc.pid),
+            ready=loop.create_future(),
+        )
+        self.by_instance[instance] = handle
+        loop.add_reader(handle.pidfd, self._on_pidfd, handle)
+        try:
+            os.write(write_fd, data)
+        finally:
+            os.close(write_fd)
+        return handle
+
+    async def wait_ready(
+        self, handle: WorkerHandle, timeout_s: float = HANDSHAKE_TIMEOUT_S
+    ) -> Hello:
+        """Wait for the worker's Hello; kill it and raise spawn_failed on timeout."""
+        try:
+            return await asyncio.wait_for(asyncio.shield(handle.ready), timeout_s)
+        except TimeoutError:
+            log.error("worker sent no hello in %.0fs", timeout_s, extra={"pane": handle.pane})
+            self.kill(handle)
+            raise PanewardenError(
+                ErrorCode.SPAWN_FAILED, "the pane worker did not start in time"
+            ) from None
+
+    async def wait_introduced(self, handle: WorkerHandle, timeout_s: float) -> bool:
+        """Wait (bounded) for a re-adopted worker's Hello, prompting it to send one.
+
+        Returns True once it proved itself; False on timeout or death. Never kills.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not handle.ready.done() and not handle.dead:
+            # Sent again until it arrives: the ROUTER drops frames for a peer that has
+            # not reconnected yet, and workers reconnect within 100 ms.
+            self.send(handle, Introduce())
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.shield(handle.ready), min(INTRODUCE_RETRY_S, remaining)
+                )
+        return handle.proven and not handle.dead
+
+    def adopt(
+        self, pane: str, instance: str, pid: int, start_ticks: int, secret_hash: bytes
+    ) -> WorkerHandle | None:
+        """Re-adopt a worker that outlived a previous supervisor; None if it is gone.
+
+        The pidfd is opened first and the start time compared after, so a reused
+        pid is never adopted. The worker is ready once its Hello proves the secret.
+        """
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return None
+        if process_start_ticks(pid) != start_ticks:
+            os.close(pidfd)
+            return None
+        loop = asyncio.get_running_loop()
+        handle = WorkerHandle(
+            pane=pane,
+            instance=instance,
+            pid=pid,
+            secret_hash=secret_hash,
+            proc=None,
+            pidfd=pidfd,
+            ready=loop.create_future(),
+        )
+        self.by_instance[instance] = handle
+        loop.add_reader(pidfd, self._on_pidfd, handle)
+        return handle
+
+    def kill(self, handle: WorkerHandle) -> None:
+        """SIGKILL a worker (its pidfd then reports the death); never an unproven one.
+
+        A re-adopted record names a pid and start time anyone able to write the state
+        dir could forge: until its Hello proves the secret, the process is not ours.
+        """
+        if not handle.proven:
+            log.warning(
+                "not signalling unproven process %d", handle.pid, extra={"pane": handle.pane}
+            )
+            return
+        if not handle.dead:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(handle.pidfd, signal.SIGKILL)
+
+    # ------------------------------------------------------------ requests
+
+    async def request(
+        self, handle: WorkerHandle, make: Callable[[int], ToWorker], timeout_s: float
+    ) -> Reply:
+        """Send a request and await its reply; raises worker_lost or timeout.
+
+        A worker that has not introduced itself yet (re-adopted after a restart) is
+        waited for, within the same ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        if not handle.ready.done() and not handle.dead:
+            await self.wait_introduced(handle, timeout_s)
+        if handle.dead or not handle.proven:
+            raise PanewardenError(ErrorCode.WORKER_LOST, "the pane's worker is gone")
+        timeout_s = max(0.0, deadline - time.monotonic())
+        rid = next(self._rids)
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        handle.pending[rid] = future
+        try:
+            self.send(handle, make(rid))
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            raise PanewardenError(
+                ErrorCode.TIMEOUT, f"the pane's worker did not answer in {timeout_s:.0f}s"
+            ) from None
+        finally:
+            handle.pending.pop(rid, None)
+
+    def send(self, handle: WorkerHandle, msg: ToWorker) -> None:
+        """Queue a frame for a worker (never blocks; drops if the worker is gone)."""
+        if self._sock is None or handle.dead:
+            return
+        try:
+            self._sock.send_multipart(
+                [handle.instance.encode(), self._codec.encode(msg)], flags=zmq.NOBLOCK
+            )
+        except (zmq.Again, zmq.ZMQError) as exc:
+            log.warning("could not send to worker: %s", exc, extra={"pane": handle.pane})
+
+    # ------------------------------------------------------------ receiving
+
+    async def _receive_loop(self) -> None:
+        assert self._sock is not None
+        while True:
+            frames = await self._sock.recv_multipart(copy=False)
+            if len(frames) != 2:
+                log.warning("dropped a frame with %d parts", len(frames))
+                continue
+            ident = bytes(frames[0].buffer).decode(errors="replace")
+            try:
+                msg = self._codec.decode_to_supervisor(bytes(frames[1].buffer))
+            except FrameError as exc:
+                log.warning("dropped a malformed frame from a worker: %s", exc)
+                continue
+            handle = self.by_instance.get(ident)
+            if handle is None:
+                log.warning("dropped a %s frame from an unknown worker", type(msg).__name__)
+                continue
+            if isinstance(msg, Hello):
+                self._on_hello(handle, msg, frames[1])
+                continue
+            if not handle.ready.done():
+                continue
+            handle.last_rx = time.monotonic()
+            if isinstance(msg, Ok | Failed | ScreenText | Closed):
+                future = handle.pending.get(msg.rid)
+                if future is not None and not future.done():
+                    future.set_result(msg)
+            elif not isinstance(msg, Heartbeat):
+                self._on_event(handle, msg)
+
+    def _on_hello(self, handle: WorkerHandle, hello: Hello, frame: zmq.Frame) -> None:
+        peer_pid = _peer_pid(frame)
+        proof_ok = hmac.compare_digest(hashlib.sha256(hello.proof).digest(), handle.secret_hash)
+        if hello.protocol_version != PROTOCOL_VERSION or not proof_ok:
+            log.error(
+                "refused a hello (version %s, proof %s)",
+                hello.protocol_version,
+                "ok" if proof_ok else "bad",
+                extra={"pane": handle.pane},
+            )
+            return
+        if peer_pid is not None and peer_pid != handle.pid:
+            log.error("refused a hello from pid %s", peer_pid, extra={"pane": handle.pane})
+            return
+        handle.last_rx = time.monotonic()
+        handle.introduced = True
+        handle.session_id = hello.child_pid
+        if not handle.ready.done():
+            handle.ready.set_result(hello)
+        # First Hello or a re-introduction: either way it carries the worker's status.
+        self._on_event(handle, hello)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            now = time.monotonic()
+            for handle in list(self.by_instance.values()):
+                if handle.dead or not handle.ready.done():
+                    continue
+                self.send(handle, Heartbeat(sent_at=time.time()))
+                if now - handle.last_rx > self._heartbeat_loss_s:
+                    log.error("worker stopped answering; killing it", extra={"pane": handle.pane})
+                    self.kill(handle)
+
+    # ------------------------------------------------------------ death
+
+    def _on_pidfd(self, handle: WorkerHandle) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(handle.pidfd)
+        handle.dead = True
+        if handle.proc is not None:
+            # The pidfd is readable: the process has exited, so this wait is immediate.
+            handle.exit_code = handle.proc.wait(timeout=5)
+        handle.died.set()
+        for future in handle.pending.values():
+            if not future.done():
+                future.set_exception(
+                    PanewardenError(ErrorCode.WORKER_LOST, "the pane's worker died")
+                )
+        if not handle.ready.done():
+            handle.ready.set_exception(
+                PanewardenError(ErrorCode.SPAWN_FAILED, "the pane worker died while starting")
+            )
+            handle.ready.exception()  # mark retrieved: a dead start is reported elsewhere
+        self._on_death(handle)
+
+    def forget(self, handle: WorkerHandle) -> None:
+        """Drop a handle the registry no longer needs."""
+        self._forget(handle)
+
+    def _forget(self, handle: WorkerHandle) -> None:
+        self.by_instance.pop(handle.instance, None)
+        if not handle.dead:
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().remove_reader(handle.pidfd)
+        with contextlib.suppress(OSError):
+            os.close(handle.pidfd)
+        handle.pidfd = -1
+
+
+def _peer_pid(frame: zmq.Frame) -> int | None:
+    """The sending process's pid from SO_PEERCRED (``localhost:uid:gid:pid`` on ipc)."""
+    try:
+        address = frame.get("Peer-Address")
+    except zmq.ZMQError:
+        return None
+    parts = str(address).split(":")
+    if len(parts) == 4 and parts[3].isdigit():
+        return int(parts[3])
+    return None

@@ -1,0 +1,1 @@
+"""Launch policy: the profiles file, its load-time refusals, and launch specs."""

@@ -1,0 +1,1 @@
+"""Durable state: the state directory, the one-supervisor lock, atomic record files."""
