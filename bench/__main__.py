@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import lossless, memory, pane_vs_tmux, panes, throughput, worker_death
+from bench import lossless, memory, pane_vs_tmux, panes, throughput, tool_list, worker_death
 from bench.core import Benchmark, Figure, Options, table, write_json
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -24,6 +24,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "memory": memory.run,
     "panes": panes.run,
     "worker_death": worker_death.run,
+    "tool_list": tool_list.run,
 }
 
 
