@@ -55,6 +55,8 @@ DRAIN_MAX_READS = 256
 # During a long catch-up, how often the worker's keepalive (heartbeat) gets a chance.
 KEEPALIVE_EVERY_S = 0.25
 SKIP_LOG_EVERY_S = 1.0
+# The scrollback is compacted (ghostty compresses its pages) once output stopped this long.
+COMPACT_AFTER_QUIET_S = 1.0
 # Screen rules run at most this often: a spinner redraws many times a second and a
 # decision is only needed at human speed.
 RULES_INTERVAL_S = 0.1
@@ -125,6 +127,7 @@ class ScreenState:
         self._keepalive_at = 0.0
         self._skip_logged_at = float("-inf")
         self._skip_logged = 0
+        self._uncompacted = 0  # bytes received since the scrollback was last compacted
         self.watches: dict[int, Watch] = {}
         self._watched_generation = -1
         self.last_decision: Decision | None = None
@@ -187,6 +190,7 @@ class ScreenState:
     def receive(self, data: bytes) -> None:
         """Take program output into the backlog (drop mode: trim it to the bound)."""
         self.last_activity = self._clock()
+        self._uncompacted += len(data)
         terminal = self.terminal
         terminal.receive(data)
         if self._drop and terminal.pending > self._limit:
@@ -274,6 +278,13 @@ class ScreenState:
     def after_step(self) -> None:
         """Run once per loop step: parse a batch, then the screen rules (if no OSC 7501)."""
         self.parse_step()
+        if (
+            self._uncompacted
+            and self.terminal.pending == 0
+            and self._clock() - self.last_activity >= COMPACT_AFTER_QUIET_S
+        ):
+            self._uncompacted = 0
+            self.terminal.compact()
         if not self.rules.rules or self.status.lifecycle != "running":
             return
         progress = self._rules

@@ -271,6 +271,10 @@ class Terminal:
         self.skipped_bytes += dropped
         return dropped
 
+    def compact(self) -> None:
+        """Shrink what the scrollback costs (call when the pane is quiet)."""
+        self._model.compact()
+
     def close(self) -> None:
         """Release the backlog's memory."""
         self._backlog.close()

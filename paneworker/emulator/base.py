@@ -90,3 +90,6 @@ class ScreenModel(Protocol):
     def cursor_report(self) -> tuple[int, int]:
         """The 1-based (row, col) a cursor position report gives (origin mode honoured)."""
         ...
+
+    def compact(self) -> None:
+        """Shrink what the scrollback costs (the pane is quiet); may do nothing."""

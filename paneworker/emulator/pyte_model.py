@@ -88,6 +88,9 @@ class PyteModel:
             row -= s.margins.top
         return row, min(s.cursor.x, s.columns - 1) + 1
 
+    def compact(self) -> None:
+        return  # scrollback is already plain text
+
     def _settle(self) -> None:
         if self._screen.dirty:
             self._screen.dirty.clear()

@@ -501,3 +501,16 @@ def test_huge_and_zero_padded_parameters_are_capped_not_trusted() -> None:
     rig = Rig(cols=10, rows=5).feed("\x1b[5;5H\x1b[00000000002A\x1b[6n")
     rig.feed("\x1b[" + "9" * 5000 + "B\x1b[" + "9" * 5000 + "b\x1b[6n")
     assert rig.replies == [b"\x1b[3;5R", b"\x1b[5;5R"]
+
+
+def test_a_full_width_scrollback_keeps_every_line_it_promises() -> None:
+    # ghostty bounds scrollback in bytes by default (10 kB: a few hundred lines); the
+    # backend must size that bound for the promised number of lines.
+    rig = Rig(cols=200, rows=10, history=1500)
+    lines = [f"\x1b[3{n % 8}m{n:05d} " + "x" * 190 + "\x1b[0m" for n in range(1600)]
+    rig.feed("\r\n".join(lines) + "\r\n")
+    history = rig.term.history_lines()
+    assert len(history) == 1500
+    assert history[0].startswith("00091 ") and history[-1].startswith("01590 ")
+    rig.term.compact()
+    assert rig.term.history_lines() == history
