@@ -16,8 +16,10 @@ FROM python:3.11-slim
 
 # tini as PID 1: forwards SIGTERM/SIGHUP to the supervisor and reaps any zombie that ends
 # up with PID 1 (the supervisor is a subreaper for its own panes, tini covers the rest).
+# git for writer lanes; bubblewrap for verify (it needs user namespaces, which a container
+# often lacks: `panewarden doctor` says whether the sandbox works there).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends tini \
+    && apt-get install -y --no-install-recommends tini git bubblewrap \
     && rm -rf /var/lib/apt/lists/*
 
 # A fixed non-root uid so mounted token/profiles files (mode 0600) can be owned by it.

@@ -14,7 +14,16 @@ import sys
 import time
 from pathlib import Path
 
-from bench import lossless, memory, pane_vs_tmux, panes, throughput, tool_list, worker_death
+from bench import (
+    lanes,
+    lossless,
+    memory,
+    pane_vs_tmux,
+    panes,
+    throughput,
+    tool_list,
+    worker_death,
+)
 from bench.core import Benchmark, Figure, Options, table, write_json
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -25,6 +34,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "panes": panes.run,
     "worker_death": worker_death.run,
     "tool_list": tool_list.run,
+    "lanes": lanes.run,
 }
 
 

@@ -3,7 +3,8 @@
 A recogniser sees the whole visible screen (text, and styled cells where the
 highlight is a colour) and returns the exact bytes that answer ``allow_once`` or
 ``deny_once``, or refuses with ``dialog_unrecognized``. It never plans a
-rule-creating option ("always allow", "trust", "don't ask again", Devin's bypass):
+rule-creating option ("always allow", "allow for this session", "trust", "don't ask
+again", Devin's bypass):
 those labels are never the target of a plan and Enter is only planned while the
 focus is on the target.
 
@@ -26,6 +27,10 @@ What each recogniser rests on (``docs/operations.md``, "Agent kinds", has the fu
   rule-creating and refused) and the Bash-command permission dialog, both measured
   (``tests/captured/claude``; the tool dialog reached with a fake model on loopback).
 - ``codex``: the command approval, measured the same way (``tests/captured/codex``).
+- ``gemini``: the shell-command confirmation and the folder-trust prompt of gemini-cli
+  0.61.0 (``tests/captured/gemini``; trusting is refused, Esc declines and Gemini exits).
+- ``qwen``: the shell-command confirmation of qwen-code 0.24.4 (``tests/captured/qwen``);
+  its folder-trust prompt is recognised and refused both ways (every answer is saved).
 - ``generic`` and every other kind: always refuse.
 """
 
@@ -530,6 +535,198 @@ def _codex(screen: DialogScreen, answer: str) -> DialogPlan:
     return DialogPlan(_navigate(screen, menu.focus, menu.labels.index(_CODEX_ALLOW)), fingerprint)
 
 
+# ---------------------------------------------------------------- gemini and qwen
+
+# A numbered option under Gemini's "●" or Qwen's "›" focus marker.
+_RADIO_OPTION = re.compile(r"^(?P<focus>[●›])?\s*(?P<number>\d+)\.\s+(?P<label>\S.*?)$")
+_BOX_SIDES = "│ "
+_BLANK_BOX_ROW = re.compile(r"^\s*│\s*│\s*$")
+
+
+def _unboxed(line: str) -> str:
+    """A row of a box-drawn dialog without the outer box's side borders, normalised."""
+    text = line.strip()
+    if text.startswith("│") and text.endswith("│") and len(text) > 1:
+        text = text[1:-1]
+    return _norm(text.strip(_BOX_SIDES))
+
+
+@dataclass(frozen=True)
+class _Radio:
+    """Numbered options 1..n with exactly one focus, and the row just after them."""
+
+    labels: tuple[str, ...]
+    focus: int
+    end_row: int
+
+
+def _radio_options(rows: Sequence[str], first: int) -> _Radio:
+    """Parse numbered options from ``first`` (blank rows before them are skipped).
+
+    ``rows`` are already normalised (:func:`_unboxed`); the options end at the first
+    row that is not one, which is returned as ``end_row`` for the caller to check.
+    """
+    row = first
+    while row < len(rows) and not rows[row]:
+        row += 1
+    labels: list[str] = []
+    numbers: list[int] = []
+    focus: list[int] = []
+    while row < len(rows) and (match := _RADIO_OPTION.match(rows[row])):
+        if match["focus"]:
+            focus.append(len(labels))
+        numbers.append(int(match["number"]))
+        labels.append(match["label"])
+        row += 1
+    if not labels or numbers != list(range(1, len(labels) + 1)) or len(focus) != 1:
+        raise _refuse("the dialog's options are not numbered 1..n with one focus")
+    return _Radio(tuple(labels), focus[0], row)
+
+
+_GEMINI_QUESTION = "allow execution of [shell]?"
+_GEMINI_HEADER = "? shell "
+_GEMINI_ALLOW = "allow once"
+_GEMINI_DENY = "no, suggest changes (esc)"
+# "Allow for this session" remembers the approval until Gemini exits: never the target.
+_GEMINI_OPTIONS = frozenset({_GEMINI_ALLOW, "allow for this session", _GEMINI_DENY})
+_GEMINI_TRUST_QUESTION = "do you trust the files in this folder?"
+_GEMINI_TRUST_OPTIONS = ("trust folder (", "trust parent folder (", "don't trust")
+_GEMINI_BODY_ROWS = 16
+
+
+def _gemini(screen: DialogScreen, answer: str) -> DialogPlan:
+    """Gemini CLI's shell-command confirmation and its folder-trust prompt."""
+    rows = [_unboxed(line) for line in screen.lines]
+    trust = [row for row, text in enumerate(rows) if text == _GEMINI_TRUST_QUESTION]
+    if trust:
+        return _gemini_trust(screen, rows, trust, answer)
+    questions = [row for row, text in enumerate(rows) if text == _GEMINI_QUESTION]
+    if len(questions) != 1:
+        raise _refuse("no single Gemini CLI shell-command confirmation is on screen")
+    question = questions[0]
+    headers = [
+        row
+        for row in range(max(0, question - _GEMINI_BODY_ROWS), question)
+        if rows[row].startswith(_GEMINI_HEADER)
+    ]
+    if len(headers) != 1:
+        raise _refuse("the Gemini CLI confirmation is not about a shell command")
+    radio = _radio_options(rows, question + 1)
+    _gemini_check_closed(screen, radio.end_row)
+    if not set(radio.labels) <= _GEMINI_OPTIONS or len(set(radio.labels)) != len(radio.labels):
+        raise _refuse("the Gemini CLI confirmation offers options that were never measured")
+    if _GEMINI_ALLOW not in radio.labels or _GEMINI_DENY not in radio.labels:
+        raise _refuse("the Gemini CLI confirmation does not offer 'Allow once' and 'No'")
+    body = [rows[row] for row in range(headers[0], question + 1) if rows[row]]
+    fingerprint = (*body, *radio.labels)
+    if answer == DENY_ONCE:
+        # Measured (0.61.0, tests/captured/gemini/permission_deny and live): Esc is the
+        # "No, suggest changes (esc)" option; the command does not run ("Request
+        # cancelled.") and no further model call is made.
+        return DialogPlan((ESC,), fingerprint)
+    target = radio.labels.index(_GEMINI_ALLOW)
+    return DialogPlan(_navigate(screen, radio.focus, target), fingerprint)
+
+
+def _gemini_check_closed(screen: DialogScreen, row: int) -> None:
+    """The options must be followed by the dialog box's bottom border (blank rows inside
+    the box allowed): the whole dialog is on screen."""
+    lines = screen.lines
+    while row < len(lines) and _BLANK_BOX_ROW.match(lines[row]):
+        row += 1
+    if row >= len(lines) or not lines[row].lstrip().startswith("╰"):
+        raise _refuse("the Gemini CLI dialog is not complete on screen")
+
+
+def _gemini_trust(
+    screen: DialogScreen, rows: Sequence[str], questions: list[int], answer: str
+) -> DialogPlan:
+    """The folder-trust prompt (0.61.0): ``● 1. Trust folder (<dir>)``,
+    ``2. Trust parent folder (<dir>)``, ``3. Don't trust``, inside a box."""
+    if len(questions) != 1:
+        raise _refuse("more than one Gemini CLI folder-trust prompt is on screen")
+    radio = _radio_options(rows, _first_option_row(rows, questions[0] + 1))
+    _gemini_check_closed(screen, radio.end_row)
+    shaped = len(radio.labels) == len(_GEMINI_TRUST_OPTIONS) and all(
+        label.startswith(prefix)
+        for label, prefix in zip(radio.labels, _GEMINI_TRUST_OPTIONS, strict=True)
+    )
+    if not shaped:
+        raise _refuse("the Gemini CLI folder-trust prompt does not show its three options")
+    if answer == ALLOW_ONCE:
+        raise _refuse("trusting a folder is saved for good and is never selected")
+    # Measured (0.61.0, live): Esc ends Gemini CLI ("A folder trust level must be selected
+    # to continue. Exiting since escape was pressed.") and saves nothing. "3. Don't trust"
+    # would be saved in trustedFolders.json: never pressed.
+    return DialogPlan((ESC,), (rows[questions[0]], *radio.labels))
+
+
+def _first_option_row(rows: Sequence[str], row: int) -> int:
+    """The first numbered option at or below ``row`` (past the trust prompt's text)."""
+    while row < len(rows) and not _RADIO_OPTION.match(rows[row]):
+        row += 1
+    return row
+
+
+_QWEN_QUESTION = re.compile(r"^allow execution of: '.+'\?$")
+_QWEN_HEADER = "? shell "
+_QWEN_ALLOW = "yes, allow once"
+_QWEN_DENY = "no, suggest changes (esc)"
+# "Always allow …" options write permanent rules (project or user settings).
+_QWEN_RULE_PREFIX = "always allow "
+_QWEN_WAITING = "waiting for user confirmation..."
+_QWEN_BODY_ROWS = 8
+_QWEN_TRUST_QUESTION = "do you trust this folder?"
+
+
+def _qwen(screen: DialogScreen, answer: str) -> DialogPlan:
+    """Qwen Code's shell-command confirmation (0.24.4, measured against a fake model)::
+
+    ? Shell <command> (<description>) ←
+       <command>
+     Allow execution of: '<root command>'?
+     › 1. Yes, allow once
+       2. Always allow run '<root> *' commands in this project
+       3. Always allow run '<root> *' commands for this user
+       4. No, suggest changes (esc)
+    ⠏ Waiting for user confirmation...
+    """
+    rows = [_norm(line) for line in screen.lines]
+    if any(_unboxed(line) == _QWEN_TRUST_QUESTION for line in screen.lines):
+        # Measured (0.24.4 with security.folderTrust.enabled): both "Trust folder" and
+        # "Don't trust (esc)" are saved in trustedFolders.json.
+        raise _refuse("every answer to Qwen Code's folder-trust prompt is saved for good")
+    questions = [row for row, text in enumerate(rows) if _QWEN_QUESTION.match(text)]
+    if len(questions) != 1:
+        raise _refuse("no single Qwen Code shell-command confirmation is on screen")
+    question = questions[0]
+    headers = [
+        row
+        for row in range(max(0, question - _QWEN_BODY_ROWS), question)
+        if rows[row].startswith(_QWEN_HEADER)
+    ]
+    if len(headers) != 1:
+        raise _refuse("the Qwen Code confirmation is not about a shell command")
+    radio = _radio_options(rows, question + 1)
+    tail = next((row for row in range(radio.end_row, len(rows)) if rows[row]), None)
+    if tail is None or not rows[tail].endswith(_QWEN_WAITING):
+        raise _refuse("the Qwen Code dialog is not complete on screen")
+    known = all(
+        label in (_QWEN_ALLOW, _QWEN_DENY) or label.startswith(_QWEN_RULE_PREFIX)
+        for label in radio.labels
+    )
+    if not known or radio.labels.count(_QWEN_ALLOW) != 1 or radio.labels.count(_QWEN_DENY) != 1:
+        raise _refuse("the Qwen Code confirmation does not offer one 'Yes, allow once', one 'No'")
+    body = [rows[row] for row in range(headers[0], question + 1) if rows[row]]
+    fingerprint = (*body, *radio.labels)
+    if answer == DENY_ONCE:
+        # Measured (0.24.4, tests/captured/qwen/permission_deny and live): Esc is the
+        # "No, suggest changes (esc)" option; nothing runs and no further model call.
+        return DialogPlan((ESC,), fingerprint)
+    target = radio.labels.index(_QWEN_ALLOW)
+    return DialogPlan(_navigate(screen, radio.focus, target), fingerprint)
+
+
 def _unmeasured(screen: DialogScreen, answer: str) -> DialogPlan:
     raise _refuse("this pane's agent kind has no measured dialog recogniser")
 
@@ -554,5 +751,9 @@ def recogniser_for(agent: str) -> Recogniser:
             return _claude
         case "codex":
             return _codex
+        case "gemini":
+            return _gemini
+        case "qwen":
+            return _qwen
         case _:
             return _unmeasured

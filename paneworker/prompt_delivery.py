@@ -16,6 +16,18 @@ The reply is sent once the program shows it took the prompt (a turn started, the
 went working or blocked, or the typed text left the input line), else
 ``delivery_ambiguous`` after ``SUBMIT_ACK_TIMEOUT_S``: "sent" never means "typed but
 not submitted". Its ``seq`` is the cursor taken before the first byte was queued.
+
+Some agents read an Enter that comes right after a paste as a newline inside the prompt
+(Gemini CLI 0.61.0 does until a 40 ms timer after the paste has run and the input box has
+re-rendered; measured: the prompt stayed in its input box, one row up). For those
+(:func:`enter_waits_for_echo`) Enter also waits until the program has drawn the end of
+the typed text (once more than it was on screen before) and then been quiet for
+``ENTER_QUIET_S`` (``ENTER_FIRST_QUIET_S`` for a pane's first prompt), or
+``ENTER_ECHO_TIMEOUT_S`` passed; and the prompt counts as taken only
+by status (a turn started, working, blocked, exited): those agents copy the prompt into
+their history, and a newline moves the input row, so the typed text leaving the input row
+proves nothing. A program too busy to re-render within ``ENTER_QUIET_S`` can still turn
+Enter into a newline; the reply is then ``delivery_ambiguous``, never a false "sent".
 """
 
 from __future__ import annotations
@@ -42,6 +54,18 @@ TYPE_TIMEOUT_S = 10.0
 # How much of the prompt's end is looked for on the input line (input boxes scroll long
 # lines horizontally, so only the end is sure to be visible).
 PROMPT_TAIL_CHARS = 16
+# Agents whose Enter waits for the echo of the typed text, and how long it waits.
+_ENTER_AFTER_ECHO = frozenset({"gemini", "qwen"})
+ENTER_QUIET_S = 0.3
+# The first prompt of a pane comes while the program may still be busy starting up
+# (Gemini CLI loads its tools after its first frame): it waits for a longer quiet.
+ENTER_FIRST_QUIET_S = 1.0
+ENTER_ECHO_TIMEOUT_S = 3.0
+
+
+def enter_waits_for_echo(agent: str) -> bool:
+    """True for agent kinds that take an Enter right after a paste as a newline."""
+    return agent in _ENTER_AFTER_ECHO
 
 
 @dataclass
@@ -61,6 +85,10 @@ class _Delivery:
     line: str = ""
     seen_tail: bool = False
     deadline: float = 0.0
+    # When the text was written, and how often its tail was on screen before it was typed
+    # (for enter_after_echo).
+    typed_at: float = 0.0
+    tail_shown: int = 0
 
 
 def _squeeze(text: str) -> str:
@@ -78,11 +106,17 @@ class PromptDelivery:
     """Delivers ``WriteInput`` requests one at a time; see the module docstring."""
 
     def __init__(
-        self, io: PaneIO, scheduler: Scheduler, dialog_in_progress: Callable[[], bool]
+        self,
+        io: PaneIO,
+        scheduler: Scheduler,
+        dialog_in_progress: Callable[[], bool],
+        *,
+        enter_after_echo: bool = False,
     ) -> None:
         self._io = io
         self._scheduler = scheduler
         self._dialog_in_progress = dialog_in_progress
+        self._enter_after_echo = enter_after_echo
         self._queued: deque[WriteInput] = deque()
         self._busy = False
 
@@ -119,6 +153,7 @@ class PromptDelivery:
                 f"the pane is at turn {status.turn}, not {msg.expect_turn}",
             )
         job = _Delivery(msg.rid, io.cursor(), _prompt_tail(msg.text), msg.submit)
+        job.tail_shown = self._tail_shown(job.tail)
         payload = msg.text.encode()
         if io.screen.terminal.bracketed_paste and payload:
             payload = PASTE_START + payload.replace(b"\n", b"\r") + PASTE_END
@@ -133,7 +168,32 @@ class PromptDelivery:
         if not job.submit:
             self._reply_ok(job)
             return
+        if self._enter_after_echo and job.tail:
+            # (An empty prompt pastes nothing, so nothing guards its Enter.)
+            job.typed_at = self._scheduler.clock()
+            self._scheduler.later(ENTER_DELAY_S, lambda: self._enter_once_echoed(job))
+            return
         self._scheduler.later(ENTER_DELAY_S, lambda: self._press_enter(job))
+
+    def _enter_once_echoed(self, job: _Delivery) -> None:
+        """Press Enter once the program drew the text and went quiet (bounded)."""
+        if job.answered:
+            return
+        self._io.drain_output()
+        now = self._scheduler.clock()
+        echoed = self._tail_shown(job.tail) > job.tail_shown
+        needed = ENTER_QUIET_S if self._io.screen.status.input_seen else ENTER_FIRST_QUIET_S
+        quiet = now - self._io.screen.last_activity >= needed
+        if (echoed and quiet) or now - job.typed_at >= ENTER_ECHO_TIMEOUT_S:
+            self._press_enter(job)
+            return
+        self._scheduler.later(SUBMIT_POLL_S, lambda: self._enter_once_echoed(job))
+
+    def _tail_shown(self, tail: str) -> int:
+        """On how many visible rows the end of the prompt is (0 for an empty prompt)."""
+        if not tail:
+            return 0
+        return sum(tail in _squeeze(line) for line in self._io.screen.terminal.display_lines())
 
     def _gone(self, job: _Delivery) -> None:
         self._reply_failed(
@@ -175,6 +235,9 @@ class PromptDelivery:
         except PanewardenError as exc:
             self._reply_failed(job, exc)
             return
+        # Read what the program already wrote first: a dialog it drew meanwhile must be
+        # seen before Enter, which would answer it.
+        io.drain_output()
         if io.screen.status.state == "blocked":
             self._reply_failed(
                 job,
@@ -184,7 +247,6 @@ class PromptDelivery:
                 ),
             )
             return
-        io.drain_output()
         job.row, job.line = self._input_line()
         status = io.screen.status
         job.turn, job.state = status.turn, status.state
@@ -221,6 +283,8 @@ class PromptDelivery:
             status.state != job.state and status.state in ("working", "blocked")
         ):
             return True
+        if self._enter_after_echo:
+            return False  # only the status tells (see the module docstring)
         row, line = self._input_line()
         if job.tail and job.tail in line:
             # Seen now, perhaps only now: a slow echo is not a submission.

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from paneworker.dialog_answering import DIALOG_APPEAR_TIMEOUT_S, DIALOG_SETTLE_S, DialogAnswering
 from paneworker.pane_io import PaneIO
 from paneworker.patterns import compile_pattern
-from paneworker.prompt_delivery import PromptDelivery
+from paneworker.prompt_delivery import PromptDelivery, enter_waits_for_echo
 from paneworker.scheduler import Scheduler
 from paneworker.screenstate import Watch
 from protocol.errors import ErrorCode, PanewardenError
@@ -67,7 +67,12 @@ class RequestHandler:
             settle_s=dialog_settle_s,
             appear_s=dialog_appear_s,
         )
-        self.prompts = PromptDelivery(self.io, self.scheduler, lambda: self.dialogs.in_progress)
+        self.prompts = PromptDelivery(
+            self.io,
+            self.scheduler,
+            lambda: self.dialogs.in_progress,
+            enter_after_echo=enter_waits_for_echo(worker.boot.agent),
+        )
 
     # ------------------------------------------------------------ scheduling
 

@@ -8,21 +8,35 @@ newer than or equal to the bundled one.
 
 File format::
 
-    {"agent": "opencode", "version": 3, "rules": [
+    {"agent": "opencode", "version": 3, "startup_quiet_s": 0, "rules": [
         {"id": "...", "state": "working|idle|blocked",
          "kind": "permission|question|auth",      # blocked only, and required there
+         "on": "screen|title",                    # default "screen"
          "all": ["..."], "any": ["..."], "none": ["..."],
          "region_lines": 8, "regex": "...", "note": "where the rule comes from"}]}
 
-Matching: the *region* is the bottom ``region_lines`` non-empty lines of the visible
-screen, lower-cased and joined with ``\\n``. A rule matches when every ``all``
-substring is in the region, at least one ``any`` substring is (if ``any`` is given),
-no ``none`` substring is, and ``regex`` (if given; ``re.MULTILINE``, searched in the
-same lower-cased region) finds a match. Substrings must be written lower-case. The
-first matching rule wins; no match is ``unknown`` — a screen is never guessed idle.
+Matching: for a screen rule the *region* is the bottom ``region_lines`` non-empty
+lines of the visible screen, lower-cased and joined with ``\\n``; for a title rule it
+is the window title (OSC 0/2), stripped and lower-cased. A rule matches when every
+``all`` substring is in the region, at least one ``any`` substring is (if ``any`` is
+given), no ``none`` substring is, and ``regex`` (if given; ``re.MULTILINE``, searched in
+the same lower-cased region) finds a match. Substrings must be written lower-case.
+Within each kind of rule the first match wins; no match is ``unknown``.
+
+Screen and title are then combined (:func:`combine`), so that a stale title never
+reads ``idle`` over a dialog (Gemini CLI keeps ``◇  Ready`` in its title while its
+folder-trust and sign-in screens are up): a blocked screen wins; then a blocked or
+working title; then a working screen; ``idle`` needs the screen to show the idle
+prompt — a title alone never makes a pane idle. Nothing matched is ``unknown``: a
+screen is never guessed idle.
 
 A rule needs at least one positive condition (``all``, ``any`` or ``regex``): a rule
 made only of ``none`` would match almost any screen.
+
+``startup_quiet_s`` (default 0, at most ``MAX_STARTUP_QUIET_S``): before the first client
+input, ``idle`` is applied only once the screen and title have not changed for that long.
+Gemini CLI draws its input box for a moment before its folder-trust prompt or its real
+first frame; that provisional idle must not reach a client.
 """
 
 from __future__ import annotations
@@ -46,12 +60,14 @@ log = logging.getLogger(__name__)
 
 RuleState = Literal["working", "idle", "blocked"]
 RuleKind = Literal["permission", "question", "auth"]
+RuleTarget = Literal["screen", "title"]
 DecidedState = Literal["working", "idle", "blocked", "unknown"]
 
 DEFAULT_REGION_LINES = 8
 MAX_REGION_LINES = 1000
 MAX_RULES_BYTES = 256 * 1024
 MAX_RULES = 256
+MAX_STARTUP_QUIET_S = 10.0
 GENERIC = "generic"
 # Agent kinds name files: keep them to a safe, path-free shape.
 _AGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
@@ -65,6 +81,7 @@ class _RuleSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     id: str
     state: RuleState
     kind: RuleKind | None = None
+    on: RuleTarget = "screen"
     all: tuple[str, ...] = ()
     any: tuple[str, ...] = ()
     none: tuple[str, ...] = ()
@@ -77,6 +94,7 @@ class _RulesFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     agent: str
     version: int
     rules: tuple[_RuleSpec, ...]
+    startup_quiet_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -91,6 +109,7 @@ class Rule:
     none: tuple[str, ...]
     region_lines: int
     regex: re.Pattern[str] | None
+    on: RuleTarget = "screen"
 
     def matches(self, region: str) -> bool:
         """True when the (lower-cased) region satisfies every condition of the rule."""
@@ -111,15 +130,18 @@ class RuleSet:
     version: int
     rules: tuple[Rule, ...]
     source: str
+    startup_quiet_s: float = 0.0
 
 
 @dataclass(frozen=True)
 class Decision:
-    """What the rules made of a screen: the state, the blocked kind and the rule that won."""
+    """What the rules made of a screen: the state, the blocked kind, the rule that won
+    and which of the screen and the window title decided it."""
 
     state: DecidedState
     kind: RuleKind | None = None
     rule_id: str | None = None
+    source: RuleTarget = "screen"
 
 
 UNKNOWN = Decision("unknown")
@@ -137,15 +159,49 @@ def region_text(lines: Sequence[str], region_lines: int) -> str:
     return "\n".join(picked).lower()
 
 
-def classify(ruleset: RuleSet, lines: Sequence[str]) -> Decision:
-    """Apply ``ruleset`` to the visible screen ``lines``; first match wins, else unknown."""
+def classify(ruleset: RuleSet, lines: Sequence[str], title: str = "") -> Decision:
+    """Apply ``ruleset`` to the visible screen ``lines`` and the window ``title``.
+
+    Each side's first matching rule decides that side (else unknown); :func:`combine`
+    makes one decision of the two.
+    """
     regions: dict[int, str] = {}
+    screen = UNKNOWN
     for rule in ruleset.rules:
+        if rule.on != "screen":
+            continue
         region = regions.get(rule.region_lines)
         if region is None:
             region = regions[rule.region_lines] = region_text(lines, rule.region_lines)
         if rule.matches(region):
-            return Decision(rule.state, rule.kind, rule.id)
+            screen = Decision(rule.state, rule.kind, rule.id)
+            break
+    heading = UNKNOWN
+    shown = title.strip().lower()
+    if shown:
+        for rule in ruleset.rules:
+            if rule.on == "title" and rule.matches(shown):
+                heading = Decision(rule.state, rule.kind, rule.id, "title")
+                break
+    return combine(screen, heading)
+
+
+def combine(screen: Decision, title: Decision) -> Decision:
+    """One decision from the screen's and the title's (see the module docstring).
+
+    The order: a blocked screen (it shows the dialog and its kind); a blocked title (a
+    dialog the screen rules do not know is still a dialog); a working title, then a
+    working screen (an idle prompt stays visible while some agents work); idle only
+    when the screen shows it, reported as decided by the title when the title agrees.
+    """
+    if screen.state == "blocked":
+        return screen
+    if title.state in ("blocked", "working"):
+        return title
+    if screen.state == "working":
+        return screen
+    if screen.state == "idle":
+        return title if title.state == "idle" else screen
     return UNKNOWN
 
 
@@ -170,6 +226,8 @@ def parse_rules(data: bytes, *, agent: str, source: str) -> RuleSet:
         raise RulesError(f"{source}: version must be at least 1")
     if len(spec.rules) > MAX_RULES:
         raise RulesError(f"{source}: more than {MAX_RULES} rules")
+    if not 0 <= spec.startup_quiet_s <= MAX_STARTUP_QUIET_S:
+        raise RulesError(f"{source}: startup_quiet_s must be 0..{MAX_STARTUP_QUIET_S:g}")
     seen: set[str] = set()
     rules: list[Rule] = []
     for rule in spec.rules:
@@ -177,7 +235,13 @@ def parse_rules(data: bytes, *, agent: str, source: str) -> RuleSet:
             raise RulesError(f"{source}: duplicate rule id {rule.id!r}")
         seen.add(rule.id)
         rules.append(_compile(rule, source))
-    return RuleSet(agent=agent, version=spec.version, rules=tuple(rules), source=source)
+    return RuleSet(
+        agent=agent,
+        version=spec.version,
+        rules=tuple(rules),
+        source=source,
+        startup_quiet_s=spec.startup_quiet_s,
+    )
 
 
 def _compile(spec: _RuleSpec, source: str) -> Rule:
@@ -206,6 +270,7 @@ def _compile(spec: _RuleSpec, source: str) -> Rule:
         id=spec.id,
         state=spec.state,
         kind=spec.kind,
+        on=spec.on,
         all=spec.all,
         any=spec.any,
         none=spec.none,

@@ -20,10 +20,15 @@ Replies the terminal owes the program (query answers) are queued on the PTY.
 
 Where the program sends no OSC 7501 root record, the agent kind's screen rules
 (:mod:`paneworker.screen_rules`) decide the state instead, from ``after_step``:
-only when the visible text changed, at most every ``RULES_INTERVAL_S``, and only
-once the same decision was seen on two evaluations in a row, so a frame caught
-half-drawn never flips the status on its own. The OSC record always wins while
-it exists; ``source`` says which one decided.
+only when the visible text or the window title changed, at most every
+``RULES_INTERVAL_S``, and only once the same decision was seen on two evaluations
+in a row, so a frame caught half-drawn never flips the status on its own (and,
+before the first client input, an ``idle`` only once the screen was quiet for the
+rules' ``startup_quiet_s``). The
+rules read the screen and, for agents that put their state there, the window title
+(cross-checked with the screen: a title alone never reads idle). The OSC record
+always wins while it exists; ``source`` says which one decided (``osc7501``,
+``title`` or ``screen``).
 """
 
 from __future__ import annotations
@@ -85,13 +90,16 @@ class Watch:
 class _RulesProgress:
     """Where the screen rules are: last screen read, decision waiting for a second look."""
 
-    generation: int = -1
+    # What was last looked at: the text generation and the window title.
+    generation: tuple[int, str] | None = None
+    # When a look last found the screen or title changed (for startup_quiet_s).
+    changed_at: float = 0.0
     due: float = 0.0
     pending: tuple[str, str | None] | None = None
     applied: tuple[str, str | None] | None = None
 
     def reset(self) -> None:
-        self.generation = -1
+        self.generation = None
         self.pending = None
         self.applied = None
 
@@ -294,7 +302,7 @@ class ScreenState:
             progress.reset()
             return
         now = self._clock()
-        generation = self.terminal.text_generation
+        generation = self._looked_at()
         if generation == progress.generation and progress.pending is None:
             return
         if now < progress.due:
@@ -304,10 +312,12 @@ class ScreenState:
         self.catch_up()
         if self._program_reports():
             return  # a report came with the newest output: it decides
-        generation = self.terminal.text_generation
+        generation = self._looked_at()
         progress.due = now + RULES_INTERVAL_S
+        if generation != progress.generation:
+            progress.changed_at = now
         progress.generation = generation
-        decision = classify(self.rules, self.terminal.display_lines())
+        decision = classify(self.rules, self.terminal.display_lines(), self.terminal.title)
         self.last_decision = decision
         key = (decision.state, decision.kind)
         if key == progress.applied:
@@ -316,21 +326,34 @@ class ScreenState:
         if key != progress.pending:
             progress.pending = key
             return
+        if self._startup_idle_unsettled(decision.state, now):
+            return  # still pending: looked at again every interval until quiet long enough
         progress.pending = None
         progress.applied = key
-        if self.status.apply(decision.state, decision.kind, "screen"):
+        if self.status.apply(decision.state, decision.kind, decision.source):
             self._send(Status(status=self.status.snapshot()))
 
     def _program_reports(self) -> bool:
         """True while the program's own OSC 7501 root record decides the state."""
         return self.terminal.records.root is not None
 
+    def _startup_idle_unsettled(self, state: str, now: float) -> bool:
+        """An idle before the first input that has not been quiet for ``startup_quiet_s``."""
+        quiet_s = self.rules.startup_quiet_s
+        if state != "idle" or quiet_s <= 0 or self.status.input_seen:
+            return False
+        return now - self._rules.changed_at < quiet_s
+
+    def _looked_at(self) -> tuple[int, str]:
+        """What the rules read, as a cheap key: visible text generation and window title."""
+        return self.terminal.text_generation, self.terminal.title
+
     def rules_deadline(self) -> float | None:
         """When ``after_step`` next has screen-rule work, or None (for the loop's timeout)."""
         progress = self._rules
         if not self.rules.rules or self.terminal.records.root is not None:
             return None
-        if progress.pending is None and progress.generation == self.terminal.text_generation:
+        if progress.pending is None and progress.generation == self._looked_at():
             return None
         return progress.due
 

@@ -17,6 +17,8 @@ denied or the turn interrupted. Rules (docs/design.md §4):
 
 from __future__ import annotations
 
+from collections import deque
+
 from protocol.messages import (
     AgentState,
     BlockedKind,
@@ -24,6 +26,7 @@ from protocol.messages import (
     PaneStatusFields,
     StatusSource,
 )
+from protocol.timing import STATUS_HISTORY_RECORDS
 
 # States a program may report, mapped to the pane's agent state.
 REPORTED_STATES: frozenset[str] = frozenset(
@@ -47,6 +50,12 @@ class StatusMachine:
         self._in_turn = False
         self._turn_cancelled = False
         self._input_seen = turn > 0
+        # Every recorded change, newest last (sent with Hello to a restarted supervisor).
+        self.history: deque[PaneStatusFields] = deque(maxlen=STATUS_HISTORY_RECORDS)
+
+    def _recorded(self) -> None:
+        self.seq += 1
+        self.history.append(self.snapshot())
 
     def snapshot(self) -> PaneStatusFields:
         """The current record, as sent to the supervisor."""
@@ -75,8 +84,13 @@ class StatusMachine:
             # A dead program is neither working nor waiting on a dialog any more.
             self.state, self.kind = "unknown", None
             self._in_turn = False
-        self.seq += 1
+        self._recorded()
         return True
+
+    @property
+    def input_seen(self) -> bool:
+        """True once a client submitted input (or the pane was re-adopted mid-session)."""
+        return self._input_seen
 
     def note_input(self) -> None:
         """A client submitted input: from now on ``working`` opens turns."""
@@ -138,7 +152,7 @@ class StatusMachine:
             return False
         self.state, self.kind = new_state, new_kind
         self.source = source
-        self.seq += 1
+        self._recorded()
         return True
 
 

@@ -88,6 +88,11 @@ class Terminal:
         return self._answers.records
 
     @property
+    def title(self) -> str:
+        """The window title the program last set (OSC 0 or 2), printable characters only."""
+        return self._answers.title
+
+    @property
     def cols(self) -> int:
         return self._model.cols
 

@@ -95,6 +95,7 @@ class PaneWorker:
             status=self.screen.status.snapshot(),
             started_at=self.started_at,
             spawn_error=self.spawn_error,
+            history=list(self.screen.status.history),
         )
 
     def introduce(self) -> None:

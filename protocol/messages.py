@@ -16,7 +16,7 @@ from protocol.timing import KILL_GRACE_S
 Lifecycle = Literal["starting", "running", "exited", "lost"]
 AgentState = Literal["unknown", "idle", "working", "blocked", "done", "error", "cancelled"]
 BlockedKind = Literal["permission", "question", "auth"]
-StatusSource = Literal["osc7501", "screen", "none"]
+StatusSource = Literal["osc7501", "title", "screen", "none"]
 DialogAnswer = Literal["allow_once", "deny_once"]
 
 
@@ -144,6 +144,8 @@ class Hello(_Msg, tag="hello"):
     status: PaneStatusFields
     started_at: float
     spawn_error: str | None = None
+    # The worker's last status records, oldest first (a new supervisor's history).
+    history: list[PaneStatusFields] = []
 
 
 class Ok(_Msg, tag="ok"):

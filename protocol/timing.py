@@ -11,3 +11,6 @@ ORPHAN_AFTER_S = 5.0
 DEFAULT_ORPHAN_GRACE_S = 120.0
 DEFAULT_HEARTBEAT_LOSS_S = 15.0
 KILL_GRACE_S = 2.0
+# Status records a pane keeps (worker and supervisor alike): a restarted supervisor gets
+# them with the worker's Hello, so a cursor taken before the restart still finds them.
+STATUS_HISTORY_RECORDS = 512

@@ -24,6 +24,16 @@ def process_start_ticks(pid: int) -> int | None:
         return None
 
 
+def process_parent_and_start(pid: int) -> tuple[int, int] | None:
+    """A process's parent pid (field 4) and start time in clock ticks (field 22), read
+    from one ``stat`` read, or None if it is gone."""
+    fields = _stat_fields(pid)
+    try:
+        return (int(fields[1]), int(fields[19])) if fields else None
+    except (IndexError, ValueError):
+        return None
+
+
 def is_zombie(pid: int) -> bool:
     """True when ``pid`` exists and has exited but was not reaped yet."""
     fields = _stat_fields(pid)

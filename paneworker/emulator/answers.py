@@ -13,6 +13,9 @@ The same code for every backend, so both answer alike:
   legacy key encoding the worker sends), XTMODKEYS, and DECRQM ``?2027``
   (grapheme clusters: "unknown").
 
+The window title (OSC 0 and OSC 2; OSC 1, the icon name, is ignored) is kept in
+``title``, printable characters only: agents without OSC 7501 put their state there.
+
 Status records: every valid OSC 7501 report is applied to ``records`` and passed to
 ``on_report``; RIS clears all records; OSC 133 ``A`` drops working/blocked ones.
 ``on_root_change`` hears every change of the root record, in stream order.
@@ -75,6 +78,7 @@ class Answers:
         self._on_report = on_report
         self._on_root_change = on_root_change
         self.records = StatusRecords()
+        self.title = ""
 
     def handle(self, found: Found) -> None:
         """Act on one sequence; the screen is parsed up to its end."""
@@ -151,6 +155,10 @@ class Answers:
         if code == b"133":
             if payload.startswith(b"A"):
                 self._root_changed(self.records.drop_transient())
+            return
+        if code in (b"0", b"2"):
+            text = payload.decode("utf-8", "replace")
+            self.title = "".join(c for c in text if c.isprintable())
             return
         end = terminator.decode("ascii")
         if code == b"4":

@@ -4,7 +4,8 @@ The emulator may parse output long after it was read (the worker drains the PTY
 first and parses in batches), but some sequences cannot wait or must be handled
 in stream order with the screen: terminal queries (DA1/DA2, DSR/CPR, XTVERSION,
 XTWINOPS, DECRQM, XTGETTCAP/DECRQSS, colour queries), OSC 7501 reports and the
-probe, OSC 133 ``A``, RIS, and the synchronized-output markers ``?2026h/l``.
+probe, OSC 133 ``A``, the window title (OSC 0 and 2), RIS, and the
+synchronized-output markers ``?2026h/l``.
 :class:`SequenceScanner` finds them with one regular expression over the bytes as
 they are read, and keeps an unfinished sequence across reads.
 
@@ -39,7 +40,7 @@ _FIND = re.compile(
     rb"\x1b(?:"
     rb"\[([<=>?]?+)([0-9:;]{0,64}+)(\$?+)([cnqtp])"  # 1-4
     rb"|\[\?((?:[0-9:;]*;)?2026(?:;[0-9:;]*+)?)([hl])"  # 5-6
-    rb"|\](7501|10|11|12|4|133);(" + _STRING_BODY + rb"{0,4096}+)(\x07|\x1b\\)"  # 7-9
+    rb"|\](7501|10|11|12|4|133|0|2);(" + _STRING_BODY + rb"{0,4096}+)(\x07|\x1b\\)"  # 7-9
     rb"|P[\x30-\x3f]{0,64}+([+$])q" + _STRING_BODY + rb"{0,4096}+(?:\x07|\x1b\\)"  # 10
     rb"|(c)"  # 11
     rb")"

@@ -1,24 +1,26 @@
 """``panewarden doctor``: check that this host can run panewarden safely.
 
 Checks: Linux child-subreaper support, pidfd support, the state directory's
-mode, the ipc socket path length, and whether Bubblewrap is installed (needed
-only for verification recipes). Prints one line per check.
+mode, the ipc socket path length, and whether the verification sandbox works
+(Bubblewrap installed *and* able to build the sandbox here: a trivial run with no
+network, read-only host, private /tmp; needed only by ``verify``). Prints one line
+per check.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import sys
 
 from supervisor.config import ServiceConfig
 from supervisor.exit_codes import EXIT_FAILED, EXIT_OK
+from supervisor.lanes.sandbox import probe_blocking
 from supervisor.panes.orphans import become_subreaper
 from supervisor.store.statedir import runtime_socket_path
 
-# Checks whose failure only disables a feature (Bubblewrap: verification recipes).
-OPTIONAL_CHECKS = frozenset({"bubblewrap"})
+# Checks whose failure only disables a feature (the sandbox: verification recipes).
+OPTIONAL_CHECKS = frozenset({"sandbox"})
 
 
 def _checks(config: ServiceConfig) -> list[tuple[str, bool, str]]:
@@ -41,13 +43,13 @@ def _checks(config: ServiceConfig) -> list[tuple[str, bool, str]]:
         results.append(("ipc path", True, str(path)))
     except Exception as exc:
         results.append(("ipc path", False, str(exc)))
-    bwrap = shutil.which("bwrap")
-    results.append(("bubblewrap", bwrap is not None, bwrap or "not installed (verify unavailable)"))
+    works, detail = probe_blocking(config.environ)
+    results.append(("sandbox", works, detail))
     return results
 
 
 def doctor_command(config: ServiceConfig) -> int:
-    """Print each check; exit 1 when a required one fails (Bubblewrap is optional)."""
+    """Print each check; exit 1 when a required one fails (the sandbox is optional)."""
     failed = False
     for name, ok, detail in _checks(config):
         optional = name in OPTIONAL_CHECKS

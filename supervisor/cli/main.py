@@ -11,6 +11,7 @@ import sys
 
 from protocol import logjson
 from protocol.errors import PanewardenError
+from supervisor.cli.ctl import add_ctl_parser
 from supervisor.exit_codes import EXIT_USAGE
 
 
@@ -37,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         "stdio-proxy", help="serve stdio MCP, forwarding every call to the running HTTP service"
     )
     sub.add_parser("doctor", help="check subreaper support, state dir permissions, tools")
+    add_ctl_parser(sub)
     sub.add_parser("demo-agent")
     return parser
 
@@ -68,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         from supervisor.cli.status import status_command
 
         return status_command(config)
+    if args.command == "ctl":
+        from supervisor.cli.ctl import ctl_command
+
+        return ctl_command(args, config.environ, config.state_dir)
     if args.command == "stdio-proxy":
         from supervisor.front.stdio_proxy import stdio_proxy_command
 

@@ -226,9 +226,28 @@ class ControllerAuthority:
                     ErrorCode.LEASE_CONFLICT,
                     f"controller {controller_id!r} already has a lease ({how})",
                 )
+            self._one_per_pane(identity, controller_id)
             return self._grant(
                 identity, controller_id, authority_ref, authority_sha256, ttl, current
             )
+
+    def _one_per_pane(self, identity: str, controller_id: str) -> None:
+        """A pane holds one live controller lease at a time: ``panewarden ctl`` names no
+        controller, the service finds the one its pane holds."""
+        if not identity.startswith(ATTESTED_PREFIX):
+            return
+        for lease in self.leases():
+            if (
+                lease.identity == identity
+                and lease.controller_id != controller_id
+                and lease.state == "active"
+                and not self.expired(lease)
+            ):
+                raise PanewardenError(
+                    ErrorCode.LEASE_CONFLICT,
+                    f"this pane already holds controller {lease.controller_id!r}'s lease; "
+                    "release it first",
+                )
 
     async def resume(
         self,

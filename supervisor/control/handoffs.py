@@ -31,6 +31,7 @@ import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import PaneStatusFields, ReadScreen, ScreenText
+from supervisor.control.attestation import pane_of_identity
 from supervisor.control.controllers import ControllerAuthority, Credentials
 from supervisor.control.fences import new_id
 from supervisor.control.pane_leases import PaneLeases
@@ -185,6 +186,8 @@ class Handoffs:
         """Admit every target or none, under one fence check and one hold of the locks."""
         if len(set(names)) != len(names):
             raise PanewardenError(ErrorCode.INVALID_ARGUMENT, "a pane is named twice")
+        if pane_of_identity(identity) in names:
+            raise PanewardenError(ErrorCode.FORBIDDEN, "a pane cannot prompt itself")
         async with self._stores.locks.hold("controller", "reviewer", "writer", "receipts"):
             ctl = self._authority.check(identity, creds)
             admitted = [self._admit(ctl, name) for name in names]

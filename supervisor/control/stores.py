@@ -34,6 +34,8 @@ class VerificationRecord(msgspec.Struct, forbid_unknown_fields=True):
     stdout_sha256: str | None = None
     stderr_sha256: str | None = None
     reason: str | None = None
+    # The worktree's HEAD when the run began (the base is what the recipe came from).
+    head: str | None = None
 
 
 class ControlStores:

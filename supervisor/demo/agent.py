@@ -5,6 +5,11 @@ its own input line in raw mode, runs short fake turns, draws a permission dialog
 detached grandchild behind (so pane cleanup can be proven), and reports every state change
 over OSC 7501 with ``app=demo`` so panewarden never has to guess its state from the screen.
 
+Started with ``--edits`` it also edits files, as a coding agent does: a prompt
+``write PATH TEXT`` writes ``TEXT`` and a newline to ``PATH``, relative to its working
+directory (created with its parent directories; an absolute path or ``..`` is refused).
+Without the flag such a prompt is an ordinary turn.
+
 Two behaviours of real CLIs can be reproduced on purpose. A prompt containing both
 ``dialog`` and ``slow`` reports ``blocked`` first and draws the dialog
 ``SLOW_DIALOG_SECONDS`` later (Claude Code and Codex report before they draw). Started
@@ -48,6 +53,7 @@ ESC_SECONDS: Final = 0.05
 HELPER_SECONDS: Final = 600.0
 SLOW_DIALOG_SECONDS: Final = 0.5
 BLIP_SECONDS: Final = 0.1
+EDIT_COMMAND: Final = "write "
 
 ENABLE_PASTE: Final = "\x1b[?2004h"
 DISABLE_PASTE: Final = "\x1b[?2004l"
@@ -316,10 +322,13 @@ def report(state: str, kind: str | None = None) -> str:
 class DemoAgent:
     """The interactive loop: prompt, line editing, turns and the permission dialog."""
 
-    def __init__(self, in_fd: int, out_fd: int, *, startup_blip: bool = False) -> None:
+    def __init__(
+        self, in_fd: int, out_fd: int, *, startup_blip: bool = False, edits: bool = False
+    ) -> None:
         self._keys = KeyReader(in_fd)
         self._out = out_fd
         self._startup_blip = startup_blip
+        self._edits = edits
 
     def run(self) -> int:
         """Serve the prompt until ``exit`` or Ctrl-D; returns the exit status."""
@@ -377,6 +386,8 @@ class DemoAgent:
                 return
             self._write("allowed\r\n" if choice == 0 else "allowed always\r\n")
             self._report("working")
+        if self._edits and text.startswith(EDIT_COMMAND):
+            self._write(write_file(text[len(EDIT_COMMAND) :]) + "\r\n")
         if "spawn" in text:
             try:
                 self._write(f"spawned {spawn_detached()}\r\n")
@@ -454,6 +465,23 @@ class DemoAgent:
             data = data[written:]
 
 
+def write_file(command: str) -> str:
+    """Carry out ``PATH TEXT`` (an edit prompt without its verb); returns what happened."""
+    path, _, text = command.partition(" ")
+    parts = path.split("/")
+    if not path or path.startswith("/") or ".." in parts:
+        return f"refused to write {path!r}: only paths below the working directory"
+    try:
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text + "\n")
+    except OSError as exc:
+        return f"cannot write {path}: {exc.strerror}"
+    return f"wrote {path}"
+
+
 def spawn_detached() -> int:
     """Start a helper that escapes the agent's session and process tree; return its pid."""
     read_fd, write_fd = os.pipe()
@@ -529,7 +557,11 @@ def main() -> int:
     saved: list[Any] | None = None
     try:
         saved = _enter_raw(in_fd)
-        return DemoAgent(in_fd, out_fd, startup_blip="--startup-blip" in sys.argv[1:]).run()
+        flags = sys.argv[1:]
+        agent = DemoAgent(
+            in_fd, out_fd, startup_blip="--startup-blip" in flags, edits="--edits" in flags
+        )
+        return agent.run()
     except Terminated as exc:
         return 128 + exc.signum
     except Hangup as exc:

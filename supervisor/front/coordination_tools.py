@@ -66,24 +66,28 @@ def receipt_info(receipt: Receipt) -> dict[str, Any]:
     }
 
 
+def controller_lease_info(lease: ControllerLease, expired: bool) -> dict[str, Any]:
+    """A controller lease as lists show it (never a token)."""
+    return {
+        "lease_id": lease.lease_id,
+        "lease_type": "controller",
+        "controller_id": lease.controller_id,
+        "state": "expired" if expired else lease.state,
+        "generation": lease.generation,
+        "holder": lease.identity,
+        "name": None,
+        "created_at": iso(lease.created_at),
+        "expires_at": iso(lease.expires_at),
+        "predecessor_lease_id": lease.predecessor_lease_id,
+    }
+
+
 def coordination_tool_specs(control: ControlService) -> list[ToolSpec]:
     """The controller and handoff tools, run against ``control``."""
     authority, handoffs = control.authority, control.handoffs
 
     def lease_info(lease: ControllerLease) -> dict[str, Any]:
-        state = "expired" if authority.expired(lease) else lease.state
-        return {
-            "lease_id": lease.lease_id,
-            "lease_type": "controller",
-            "controller_id": lease.controller_id,
-            "state": state,
-            "generation": lease.generation,
-            "holder": lease.identity,
-            "name": None,
-            "created_at": iso(lease.created_at),
-            "expires_at": iso(lease.expires_at),
-            "predecessor_lease_id": lease.predecessor_lease_id,
-        }
+        return controller_lease_info(lease, authority.expired(lease))
 
     async def acquire(a: cs.AcquireArgs, _ctx: Context) -> dict[str, Any]:
         return _granted(

@@ -23,6 +23,8 @@ CAPABILITIES = [
     "reviewer_lanes",
     "adopted_panes",
     "lease_inventory",
+    "writer_lanes",
+    "verification",
 ]
 
 

@@ -16,6 +16,7 @@ from supervisor.front.lane_tools import lane_tool_specs
 from supervisor.front.pane_tools import pane_tool_specs
 from supervisor.front.runtime import Services
 from supervisor.front.tooling import make_tool, tool_list_filter, unknown_tool_guard
+from supervisor.front.writer_tools import writer_tool_specs
 from supervisor.version import __version__
 
 INSTRUCTIONS = (
@@ -33,6 +34,7 @@ def build_server(services: Services, access: Access, **server_kwargs: Any) -> MC
         *pane_tool_specs(services.panes),
         *coordination_tool_specs(services.control),
         *lane_tool_specs(services.control, services.lanes),
+        *writer_tool_specs(services.lanes),
     ]
     tools = [make_tool(spec, access) for spec in specs]
     return MCPServer(

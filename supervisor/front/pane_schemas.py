@@ -101,7 +101,7 @@ class PaneStatusResult(TypedDict):
     kind: Literal["permission", "question", "auth"] | None
     turn: int
     seq: int
-    source: Literal["osc7501", "screen", "none"]
+    source: Literal["osc7501", "title", "screen", "none"]
     exit_code: int | None
 
 

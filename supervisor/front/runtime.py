@@ -1,4 +1,5 @@
-"""Running the supervisor: state dir, lock, profiles, worker socket, transport, signals.
+"""Running the supervisor: state dir, lock, profiles, worker and ctl sockets, transport,
+signals.
 
 ``serve`` is the one entry used by every transport. SIGTERM and SIGINT stop the
 service gracefully (panes closed unless ``keep_panes``); SIGHUP reloads the
@@ -18,7 +19,11 @@ from dataclasses import dataclass
 
 from protocol.errors import PanewardenError
 from supervisor.config import ServiceConfig
+from supervisor.control.attestation import Attestor
+from supervisor.control.ctl_socket import CtlServer
+from supervisor.control.ctl_wire import CTL_SOCKET_NAME, CTL_SOCKET_VARIABLE
 from supervisor.control.service import ControlService
+from supervisor.front.ctl_commands import ctl_commands
 from supervisor.lanes.service import LaneService
 from supervisor.panes.service import PaneService, demo_argv
 from supervisor.profiles.policy import ProfileSet, load_profiles
@@ -64,16 +69,28 @@ async def running_service(
         sock_path.unlink(missing_ok=True)
         run_dir = ensure_private_dir(state / "run")
         atomic_write(run_dir / "endpoint", f"ipc://{sock_path}\n".encode())
+        ctl_path = sock_path.with_name(CTL_SOCKET_NAME)
         service = PaneService(
-            config, profiles, f"ipc://{sock_path}", watchdog_period_s=config.watchdog_period_s
+            config,
+            profiles,
+            f"ipc://{sock_path}",
+            watchdog_period_s=config.watchdog_period_s,
+            pane_env={CTL_SOCKET_VARIABLE: str(ctl_path)},
         )
         await service.start()
         control = ControlService(config, service)
         control.start()
+        lanes = LaneService(control)
+        ctl = CtlServer(ctl_path, Attestor(service.registry).identify, ctl_commands(control, lanes))
         try:
-            yield Services(service, control, LaneService(control))
+            await ctl.start()
+            atomic_write(run_dir / "ctl", f"{ctl_path}\n".encode())
+            yield Services(service, control, lanes)
         finally:
             try:
+                # First: no ctl call may start or wait on a pane that is being closed.
+                (run_dir / "ctl").unlink(missing_ok=True)
+                await ctl.stop()
                 await service.stop(keep_panes=keep_panes)
             finally:
                 _release_stop_signals()

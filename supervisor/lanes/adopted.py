@@ -10,6 +10,7 @@ durable checkpoint).
 from __future__ import annotations
 
 from protocol.errors import ErrorCode, PanewardenError
+from supervisor.control.attestation import pane_of_identity
 from supervisor.control.controllers import ControllerAuthority, Credentials
 from supervisor.control.fences import new_id
 from supervisor.control.pane_leases import PaneLeases
@@ -18,12 +19,6 @@ from supervisor.control.stores import ControlStores
 from supervisor.lanes.closing import check_closable, close_leased
 from supervisor.panes.lifecycle import PaneLifecycle
 from supervisor.panes.registry import PaneRegistry
-
-
-def own_pane(identity: str) -> str | None:
-    """The pane name a ``pane:<name>:<instance>`` identity is, if it is one."""
-    kind, _, rest = identity.partition(":")
-    return rest.split(":", 1)[0] if kind == "pane" else None
 
 
 class AdoptedPanes:
@@ -60,7 +55,7 @@ class AdoptedPanes:
         async with self._stores.locks.hold("controller", "reviewer", "writer", "adopted"):
             ctl = self._authority.check(identity, creds)
             pane = self._registry.get(name)
-            if own_pane(identity) == name:
+            if pane_of_identity(identity) == name:
                 raise PanewardenError(ErrorCode.FORBIDDEN, "a controller cannot adopt its own pane")
             if pane.lease is not None or self._leases.retained_for(name) is not None:
                 raise PanewardenError(ErrorCode.PANE_LEASED, f"pane {name!r} already has a lease")

@@ -4,8 +4,8 @@ The close is conditional on ``expected_seq``: the supervisor refuses a pane that
 working or blocked, and the worker refuses (``cursor_mismatch``) if the pane's seq is
 no longer the expected one — so nothing the pane did after the caller looked is lost
 unseen. The lease records the SHA-256 of the captured text (never the text) and the
-seq it was captured at. While the close runs the lease reads ``closing``; a refused
-close puts it back as it was.
+seq it was captured at. While the close runs the lease reads ``closing`` (a writer's
+``releasing``); a refused close puts it back as it was.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ async def close_leased(
     lease: PaneLease,
     expected_seq: int,
     final_state: PaneLeaseState,
+    *,
+    interim: PaneLeaseState = "closing",
     **record: Any,
 ) -> PaneLease:
     """Capture and close ``lease``'s pane at ``expected_seq``; returns the closed lease.
@@ -60,7 +62,7 @@ async def close_leased(
         )
     check_closable(pane, expected_seq)
     previous = lease.state
-    closing = leases.save(lease, state="closing")
+    closing = leases.save(lease, state=interim)
     try:
         closed, _killed = await lifecycle.close_at(pane, expected_seq, CAPTURE_LINES)
     except PanewardenError:

@@ -4,17 +4,39 @@ from __future__ import annotations
 
 from supervisor.control.service import ControlService
 from supervisor.lanes.adopted import AdoptedPanes
+from supervisor.lanes.git import Git
 from supervisor.lanes.reviewer import ReviewerLanes
+from supervisor.lanes.verification import Verifications
+from supervisor.lanes.writer import WriterLanes
 
 
 class LaneService:
-    """Reviewer lanes and adopted panes (writer lanes and verification join them)."""
+    """Reviewer lanes, adopted panes, writer lanes and their verification."""
 
     def __init__(self, control: ControlService) -> None:
         panes = control.panes
+        environ = panes.config.environ
+        # Git and Bubblewrap run as the pane core's managed helpers (safe from its sweep).
+        self.git = Git(panes.children.run, environ)
         self.reviewers = ReviewerLanes(
             control.stores, control.authority, control.leases, panes.lifecycle
         )
         self.adopted = AdoptedPanes(
             control.stores, control.authority, control.leases, panes.registry, panes.lifecycle
+        )
+        self.writers = WriterLanes(
+            control.stores,
+            control.authority,
+            control.leases,
+            panes.registry,
+            panes.lifecycle,
+            self.git,
+        )
+        self.verifications = Verifications(
+            control.stores,
+            control.authority,
+            control.leases,
+            self.git,
+            panes.children.run,
+            environ,
         )

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import Close, Closed, Failed
@@ -48,8 +48,12 @@ class PaneLifecycle:
         workers: WorkerManager,
         records: PaneRecords,
         profiles: Callable[[], ProfileSet],
+        pane_env: Mapping[str, str] | None = None,
     ) -> None:
         self._config = config
+        # The service's own variables for every pane program (PANEWARDEN_CTL_SOCKET):
+        # set last, so a profile cannot point a pane at another socket.
+        self._pane_env = dict(pane_env or {})
         self._registry = registry
         self._workers = workers
         self._records = records
@@ -104,7 +108,7 @@ class PaneLifecycle:
                     "agent": spec.agent,
                     "argv": list(spec.argv),
                     "cwd": spec.cwd,
-                    "env": dict(spec.env),
+                    "env": {**spec.env, **self._pane_env},
                     "cols": spec.cols,
                     "rows": spec.rows,
                     "orphan_grace_s": self._config.orphan_grace_s,

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from protocol.messages import PaneStatusFields
+from protocol.timing import STATUS_HISTORY_RECORDS
 from supervisor.panes.workers import WorkerHandle
 from supervisor.profiles.policy import WatchdogConfig
 
-HISTORY_RECORDS = 512
 SETTLED: frozenset[str] = frozenset(
     {"idle", "done", "blocked", "error", "cancelled", "exited", "lost"}
 )
@@ -54,12 +54,17 @@ class Pane:
     handle: WorkerHandle
     started_at: float
     pid: int | None = None
+    # The program's start time (clock ticks), taken when its worker named it: with
+    # ``pid`` it identifies the program even after the pid is reused.
+    pid_start_ticks: int | None = None
     status: PaneStatusFields = field(
         default_factory=lambda: PaneStatusFields(
             lifecycle="starting", state="unknown", kind=None, turn=0, seq=0, source="none"
         )
     )
-    history: deque[PaneStatusFields] = field(default_factory=lambda: deque(maxlen=HISTORY_RECORDS))
+    history: deque[PaneStatusFields] = field(
+        default_factory=lambda: deque(maxlen=STATUS_HISTORY_RECORDS)
+    )
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     removed: bool = False
     closing: bool = False
@@ -71,6 +76,17 @@ class Pane:
         if status.seq <= self.status.seq and self.history:
             return
         self._record(status)
+
+    def observe_history(self, records: list[PaneStatusFields]) -> None:
+        """Take the worker's own history (with its Hello): every record newer than ours,
+        so a cursor from before a supervisor restart still finds what followed it."""
+        newer = [r for r in records if r.seq > self.status.seq or not self.history]
+        for record in sorted(newer, key=lambda r: r.seq):
+            if not self.history or record.seq > self.status.seq:
+                self.status = record
+                self.history.append(record)
+        if newer:
+            self._wake()
 
     def mark_lost(self) -> None:
         """The worker died: record lifecycle ``lost`` (a dead program is neither working

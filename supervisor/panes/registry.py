@@ -24,6 +24,7 @@ from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import Descendants, Exited, Hello, OutputMatch, Status, ToSupervisor
 from supervisor.panes.pane import Pane
 from supervisor.panes.workers import WorkerHandle
+from supervisor.procfs import process_parent_and_start
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +137,13 @@ class PaneRegistry:
         """Route one pushed frame of a proven worker (Hello included) to its pane."""
         pane = self._by_instance.get(handle.instance)
         match msg:
-            case Hello(status=status, child_pid=child_pid):
+            case Hello(status=status, child_pid=child_pid, history=history):
                 if pane is not None:
+                    if child_pid != pane.pid or pane.pid_start_ticks is None:
+                        # Taken once: a later Hello may come after the program was reaped.
+                        pane.pid_start_ticks = child_start_ticks(child_pid, handle.pid)
                     pane.pid = child_pid
+                    pane.observe_history(history)
                     pane.observe(status)
             case Status(status=status):
                 if pane is not None:
@@ -175,3 +180,12 @@ class PaneRegistry:
         )
         pane.mark_lost()
         return None
+
+
+def child_start_ticks(pid: int | None, parent: int) -> int | None:
+    """The start time of ``pid`` if it is still ``parent``'s child (the worker's program,
+    alive or not yet reaped by the worker); None otherwise: a reused pid is not named."""
+    if pid is None:
+        return None
+    stat = process_parent_and_start(pid)
+    return stat[1] if stat is not None and stat[0] == parent else None

@@ -2,8 +2,9 @@
 
 ``PaneService`` owns the worker socket (``workers``), the registry of panes and their
 status (``registry``), starting/removing/re-adopting (``lifecycle``), driving running
-panes (``driver``), the watchdog and the sweep of leftovers, and starts and stops them
-in order. The front-end calls the parts directly.
+panes (``driver``), the short-lived helper processes (``children``: git, bwrap), the
+watchdog and the sweep of leftovers, and starts and stops them in order. The front-end
+calls the parts directly.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+from collections.abc import Mapping
 
 from supervisor.config import ServiceConfig
 from supervisor.panes import orphans
@@ -19,6 +21,7 @@ from supervisor.panes.driving import PaneDriver
 from supervisor.panes.lifecycle import PaneLifecycle
 from supervisor.panes.records import PaneRecords
 from supervisor.panes.registry import PaneRegistry
+from supervisor.panes.subprocesses import ManagedChildren
 from supervisor.panes.watchdog import DEFAULT_PERIOD_S, Watchdog
 from supervisor.panes.workers import WorkerHandle, WorkerManager
 from supervisor.profiles.policy import ProfileSet
@@ -40,6 +43,7 @@ class PaneService:
         profiles: ProfileSet,
         endpoint: str,
         watchdog_period_s: float = DEFAULT_PERIOD_S,
+        pane_env: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
         self.profiles = profiles
@@ -52,9 +56,15 @@ class PaneService:
         )
         self.records = PaneRecords(config.state_dir)
         self.lifecycle = PaneLifecycle(
-            config, self.registry, self.workers, self.records, lambda: self.profiles
+            config,
+            self.registry,
+            self.workers,
+            self.records,
+            lambda: self.profiles,
+            pane_env=pane_env,
         )
         self.driver = PaneDriver(self.registry, self.workers)
+        self.children = ManagedChildren()
         self.watchdog = Watchdog(self.registry, self.driver, period_s=watchdog_period_s)
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -78,6 +88,7 @@ class PaneService:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
+        await self.children.close()
         asyncio.get_running_loop().remove_signal_handler(signal.SIGCHLD)
         await self.workers.close()
 
@@ -90,12 +101,16 @@ class PaneService:
             await asyncio.sleep(SWEEP_INTERVAL_S)
             self._sweep()
 
+    def _managed_pids(self) -> set[int]:
+        # Workers and running helpers: every other child is a leftover.
+        return self.workers.managed_pids() | self.children.pids()
+
     def _sweep(self) -> None:
-        orphans.sweep_leftovers(self.workers.managed_pids)
+        orphans.sweep_leftovers(self._managed_pids)
 
     def _on_death(self, handle: WorkerHandle) -> None:
         killed = orphans.kill_recorded(handle.session_id, handle.descendants)
-        killed |= orphans.sweep_leftovers(self.workers.managed_pids, already=killed)
+        killed |= orphans.sweep_leftovers(self._managed_pids, already=killed)
         unproven = self.registry.worker_died(handle, len(killed))
         if unproven is not None:
             # A re-adopted worker that died before it introduced itself: it did not

@@ -78,6 +78,8 @@ class WorkerHandle:
 
     # Set when a Hello proved the secret (this supervisor's spawn, or a re-adoption).
     introduced: bool = False
+    # The worker's start time (clock ticks since boot): with ``pid``, which process it is.
+    start_ticks: int | None = None
 
     @property
     def proven(self) -> bool:
@@ -208,6 +210,8 @@ class WorkerManager:
             proc=proc,
             pidfd=os.pidfd_open(proc.pid),
             ready=loop.create_future(),
+            # Our unreaped child: its pid cannot have been reused yet.
+            start_ticks=process_start_ticks(proc.pid),
         )
         self.by_instance[instance] = handle
         loop.add_reader(handle.pidfd, self._on_pidfd, handle)
@@ -273,6 +277,7 @@ class WorkerManager:
             proc=None,
             pidfd=pidfd,
             ready=loop.create_future(),
+            start_ticks=start_ticks,
         )
         self.by_instance[instance] = handle
         loop.add_reader(pidfd, self._on_pidfd, handle)

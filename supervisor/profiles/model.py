@@ -23,8 +23,11 @@ from msgspec import Meta, Struct
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.names import is_valid_name
 from supervisor.config import check_emulator
+from supervisor.profiles.approval import PIN_MISSING, needs_pin, pins_approval_mode, refused_flag
 
-AgentKind = Literal["kiro", "devin", "opencode", "claude", "codex", "demo", "generic"]
+AgentKind = Literal[
+    "kiro", "devin", "opencode", "claude", "codex", "gemini", "qwen", "demo", "generic"
+]
 PermissionMode = Literal["normal", "accept-edits", "bypass"]
 EnvScheme = Literal["literal", "env", "file", "keychain"]
 EmulatorKind = Literal["pyte", "ghostty"]
@@ -256,6 +259,21 @@ def _check_opencode(where: str, entry: ProfileEntry) -> None:
         )
 
 
+def _check_approval_pin(where: str, entry: ProfileEntry) -> None:
+    """Gemini CLI and Qwen Code: no auto-approval flag, the approval mode pinned."""
+    if not needs_pin(entry.agent, entry.argv):
+        return
+    for key, values in (("argv", entry.argv), ("extra_args", entry.extra_args)):
+        refused = refused_flag(values)
+        if refused is not None:
+            index, why = refused
+            raise config_error(
+                f"{where}.{key}[{index}]", f"auto-approval refused for gemini and qwen: {why}"
+            )
+    if not pins_approval_mode(entry.argv):
+        raise config_error(f"{where}.argv", PIN_MISSING)
+
+
 def _build_watchdog(where: str, entry: WatchdogEntry) -> WatchdogConfig:
     if has_control_chars(entry.nudge_text):
         raise config_error(f"{where}.nudge_text", "must not contain control characters")
@@ -290,6 +308,7 @@ def build_profile(where: str, entry: ProfileEntry) -> Profile:
         if "\0" in cwd or not os.path.isabs(cwd):
             raise config_error(f"{where}.cwds[{index}]", "must be absolute")
     _check_opencode(where, entry)
+    _check_approval_pin(where, entry)
     if entry.permission_mode not in MEASURED_PERMISSION_MODES.get(entry.agent, _NORMAL_ONLY):
         raise config_error(
             f"{where}.permission_mode",

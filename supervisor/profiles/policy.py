@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.safe_files import FileReadError, read_regular_file
+from supervisor.profiles.approval import PIN_MISSING, needs_pin, pins_approval_mode, refused_flag
 from supervisor.profiles.launch import (
     LaunchSpec,
     contained_cwd,
@@ -191,6 +192,16 @@ class ProfileSet:
                         ErrorCode.FORBIDDEN,
                         f"argv[{index}]: auto-approve flag refused for opencode",
                     )
+        # And Gemini CLI's and Qwen Code's: no auto-approval flag, the mode pinned.
+        if needs_pin(profile.agent, argv):
+            refused = refused_flag(argv)
+            if refused is not None:
+                raise PanewardenError(
+                    ErrorCode.FORBIDDEN,
+                    f"argv[{refused[0]}]: auto-approval refused for gemini and qwen: {refused[1]}",
+                )
+            if not pins_approval_mode(argv):
+                raise PanewardenError(ErrorCode.FORBIDDEN, f"argv: {PIN_MISSING}")
         return tuple(argv)
 
 

@@ -11,11 +11,15 @@ after the reply, a marker is typed and the log must hold the marker and nothing 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import functools
 import json
 import os
 import select
 import signal
+import struct
 import sys
+import termios
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -344,13 +348,24 @@ def test_claude_refuses_its_other_screens() -> None:
 # -- 3b. recognisers on the real dialogs (tests/tools/fake_model.py, 120x40) ---------------
 
 
+@functools.cache
 def captured_dialog(cli: str, scenario: str) -> bytes:
     """The recorded bytes up to the first read that shows the whole permission dialog."""
     data = (CAPTURED / cli / f"{scenario}.bin").read_bytes()
     chunks = json.loads((CAPTURED / cli / f"{scenario}.json").read_text())["chunks"]
-    ends = {"opencode": "ctrl+f", "claude": "esc to cancel", "codex": "press enter to confirm"}
+    ends = {
+        "opencode": "ctrl+f",
+        "claude": "esc to cancel",
+        "codex": "press enter to confirm",
+        "gemini": "no, suggest changes (esc)",
+        "qwen": "waiting for user confirmation",
+    }
+    term = terminal_with(b"", 120, 40)
+    start = 0
     for _t, end in chunks:
-        text = "\n".join(terminal_with(data[:end], 120, 40).display_lines()).lower()
+        term.feed(data[start:end])
+        start = end
+        text = "\n".join(term.display_lines()).lower()
         if ends[cli] in text and ("allow once" in text or "1. yes" in text):
             return data[:end]
     raise AssertionError(f"no dialog in {cli}/{scenario}")
@@ -367,14 +382,15 @@ def real_refusal(cli: str, data: bytes, answer: str) -> str:
     return caught.value.message
 
 
-def refocus(data: bytes, old: str, new: str) -> bytes:
-    """``data`` plus bytes that rewrite the one row starting with ``old`` as ``new``."""
-    lines = terminal_with(data, 120, 40).display_lines()
+def refocus(data: bytes, old: str, new: str, shown: bytes | None = None) -> bytes:
+    """``data`` plus bytes that rewrite the one row starting with ``old`` as ``new``
+    (the row looked for on the screen ``shown`` draws, ``data``'s by default)."""
+    lines = terminal_with(data if shown is None else shown, 120, 40).display_lines()
     (row,) = [r for r, line in enumerate(lines) if line.startswith(old)]
     return data + f"\x1b[{row + 1};1H\x1b[2K{new}".encode()
 
 
-@pytest.mark.parametrize("cli", ["opencode", "claude", "codex"])
+@pytest.mark.parametrize("cli", ["opencode", "claude", "codex", "gemini", "qwen"])
 @pytest.mark.parametrize("scenario", ["permission_allow", "permission_deny"])
 def test_real_dialogs_are_answered_with_enter_or_esc(cli: str, scenario: str) -> None:
     data = captured_dialog(cli, scenario)
@@ -439,12 +455,139 @@ def test_real_codex_dialog_moves_the_focus_back_to_proceed() -> None:
     )
 
 
-@pytest.mark.parametrize("agent", ["codex", "generic", "gemini"])
+@pytest.mark.parametrize("agent", ["codex", "generic", "aider", "gemini", "qwen"])
 def test_unmeasured_kinds_refuse_even_a_perfect_dialog(agent: str) -> None:
     signin = (CAPTURED / "codex" / "signin_menu.bin").read_bytes()[:1771]
     for screen in (opencode_dialog(), kiro_dialog(), devin_dialog(), DEMO_DIALOG, signin):
         refusal(agent, screen, "allow_once")
         refusal(agent, screen, "deny_once")
+
+
+# -- 3c. Gemini CLI 0.61.0 and Qwen Code 0.24.4 (recorded, fake model) -----------------
+
+GEMINI_ROWS = (
+    "│ ● 1. Allow once",
+    "│   2. Allow for this session",
+    "│   3. No, suggest changes (esc)",
+)
+QWEN_ROWS = (
+    "   › 1. Yes, allow once",
+    "     2. Always allow run 'touch *' commands in this project",
+    "     3. Always allow run 'touch *' commands for this user",
+    "     4. No, suggest changes (esc)",
+)
+
+
+def test_real_gemini_dialog_moves_the_focus_back_never_to_a_rule() -> None:
+    data = captured_dialog("gemini", "permission_allow")
+    moved = refocus(
+        refocus(data, GEMINI_ROWS[0], "│   1. Allow once"),
+        GEMINI_ROWS[2],
+        "│ ● 3. No, suggest changes (esc)",
+    )
+    assert real_plan("gemini", moved, "allow_once").steps == (UP, UP, ENTER)
+    assert real_plan("gemini", moved, "deny_once").steps == (ESC,)
+    assert (
+        real_plan("gemini", moved, "allow_once").fingerprint
+        == real_plan("gemini", data, "allow_once").fingerprint
+    )
+    # On "Allow for this session" Enter would remember the approval: arrows back first.
+    session = refocus(
+        refocus(data, GEMINI_ROWS[0], "│   1. Allow once"), GEMINI_ROWS[1], "│ ● 2. Allow for …"
+    )
+    real_refusal("gemini", session, "allow_once")  # and a label it does not know: refused
+    session = refocus(
+        refocus(data, GEMINI_ROWS[0], "│   1. Allow once"),
+        GEMINI_ROWS[1],
+        "│ ● 2. Allow for this session",
+    )
+    assert real_plan("gemini", session, "allow_once").steps == (UP, ENTER)
+
+
+def test_real_qwen_dialog_moves_the_focus_back_never_to_a_rule() -> None:
+    data = captured_dialog("qwen", "permission_allow")
+    moved = refocus(
+        refocus(data, QWEN_ROWS[0], "     1. Yes, allow once"),
+        QWEN_ROWS[2],
+        "   › 3. Always allow run 'touch *' commands for this user",
+    )
+    assert real_plan("qwen", moved, "allow_once").steps == (UP, UP, ENTER)
+    assert real_plan("qwen", moved, "deny_once").steps == (ESC,)
+    assert (
+        real_plan("qwen", moved, "allow_once").fingerprint
+        == real_plan("qwen", data, "allow_once").fingerprint
+    )
+
+
+GEMINI_REFUSED = {
+    "no-bottom-border": ("╰─", ""),
+    "last-option-missing": (GEMINI_ROWS[2], "│"),
+    "permanent-option": (GEMINI_ROWS[1], "│   2. Allow for all future sessions"),
+    "two-allow-once": (GEMINI_ROWS[1], "│   2. Allow once"),
+    "no-focus": (GEMINI_ROWS[0], "│   1. Allow once"),
+    "two-focus": (GEMINI_ROWS[1], "│ ● 2. Allow for this session"),
+    "not-a-shell-call": ("│ ? Shell  touch", "│ ? WriteFile  notes.txt"),
+    "another-question": ("│ Allow execution of [Shell]?", "│ Apply this change?"),
+}
+QWEN_REFUSED = {
+    "no-waiting-line": ("  ⠏ Waiting for user confirmation", ""),
+    "last-option-missing": (QWEN_ROWS[3], ""),
+    "unknown-option": (QWEN_ROWS[1], "     2. Yes, allow all edits"),
+    "two-allow-once": (QWEN_ROWS[3], "     4. Yes, allow once"),
+    "no-focus": (QWEN_ROWS[0], "     1. Yes, allow once"),
+    "not-a-shell-call": ("  ? Shell touch", "  ? WriteFile notes.txt"),
+}
+
+
+@pytest.mark.parametrize("case", list(GEMINI_REFUSED))
+def test_real_gemini_dialog_refuses_both_answers_unless_whole_and_measured(case: str) -> None:
+    old, new = GEMINI_REFUSED[case]
+    changed = refocus(captured_dialog("gemini", "permission_deny"), old, new)
+    real_refusal("gemini", changed, "allow_once")
+    real_refusal("gemini", changed, "deny_once")
+
+
+@pytest.mark.parametrize("case", list(QWEN_REFUSED))
+def test_real_qwen_dialog_refuses_both_answers_unless_whole_and_measured(case: str) -> None:
+    old, new = QWEN_REFUSED[case]
+    changed = refocus(captured_dialog("qwen", "permission_deny"), old, new)
+    real_refusal("qwen", changed, "allow_once")
+    real_refusal("qwen", changed, "deny_once")
+
+
+def recorded_at(cli: str, scenario: str, offset: int) -> bytes:
+    return (CAPTURED / cli / f"{scenario}.bin").read_bytes()[:offset]
+
+
+def test_real_trust_prompts_never_trust_a_folder() -> None:
+    for scenario, offset in (("startup", 9303), ("startup", 12385), ("trusted", 9303)):
+        trust = recorded_at("gemini", scenario, offset)
+        assert "saved for good" in real_refusal("gemini", trust, "allow_once")
+        # Measured: Esc ends Gemini CLI and saves nothing.
+        assert real_plan("gemini", trust, "deny_once").steps == (ESC,)
+    for offset in (15888, 20039):
+        trust = recorded_at("qwen", "trust", offset)
+        # Both "Trust folder" and "Don't trust (esc)" are saved in trustedFolders.json.
+        assert "saved for good" in real_refusal("qwen", trust, "allow_once")
+        assert "saved for good" in real_refusal("qwen", trust, "deny_once")
+
+
+def test_gemini_and_qwen_refuse_their_sign_in_screens_and_other_agents_dialogs() -> None:
+    others = [
+        recorded_at("gemini", "trusted", 26447),  # the auth menu
+        recorded_at("qwen", "startup", 22849),  # the provider menu
+        recorded_at("gemini", "prompt_reply", 35194),  # idle
+        recorded_at("qwen", "prompt_reply", 137339),
+        captured_dialog("codex", "permission_allow"),
+        captured_dialog("claude", "permission_allow"),
+        captured_dialog("opencode", "permission_allow"),
+    ]
+    for data in others:
+        for cli in ("gemini", "qwen"):
+            for answer in ("allow_once", "deny_once"):
+                real_refusal(cli, data, answer)
+    real_refusal("qwen", captured_dialog("gemini", "permission_allow"), "deny_once")
+    real_refusal("gemini", captured_dialog("qwen", "permission_allow"), "deny_once")
 
 
 def test_demo_recogniser_keeps_its_behaviour() -> None:
@@ -521,6 +664,7 @@ class ScriptedPane:
         script: str = AGENT_SCRIPT,
         settle_s: float = 0.0,
         appear_s: float = 0.0,
+        size: tuple[int, int] = (100, 30),
     ) -> None:
         self.log = tmp_path / "typed.log"
         self.log.write_bytes(b"")
@@ -540,13 +684,13 @@ class ScriptedPane:
             argv=argv,
             cwd=str(tmp_path),
             env=env,
-            cols=100,
-            rows=30,
+            cols=size[0],
+            rows=size[1],
         )
         self.link = Link()
         self.clock = FakeClock()
         self.screen = ScreenState(self.boot, self.link.send, clock=self.clock)
-        self.program: Program | None = Program(argv, str(tmp_path), env, 100, 30)
+        self.program: Program | None = Program(argv, str(tmp_path), env, *size)
         self.screen.attach(self.program)
         self.screen.status.set_lifecycle("running")
         self.requests = RequestHandler(  # type: ignore[arg-type]
@@ -629,10 +773,11 @@ def scripted(tmp_path: Path) -> Iterator[Callable[..., ScriptedPane]]:
         script: str = AGENT_SCRIPT,
         settle_s: float = 0.0,
         appear_s: float = 0.0,
+        size: tuple[int, int] = (100, 30),
     ) -> ScriptedPane:
         path = tmp_path / f"p{len(panes)}"
         path.mkdir()
-        pane = ScriptedPane(path, agent, frames, script, settle_s, appear_s)
+        pane = ScriptedPane(path, agent, frames, script, settle_s, appear_s, size)
         panes.append(pane)
         return pane
 
@@ -948,12 +1093,89 @@ def test_the_answer_cursor_is_taken_before_the_key(
     assert reply.seq == before < pane.screen.status.seq
 
 
+# -- 4b. answer_dialog on the recorded Gemini CLI and Qwen Code dialogs ------------------
+
+# The recorded bytes up to the "dialog" mark (a golden point: a clean cut), 120x40.
+RECORDED_DIALOG = {"gemini": ("permission_deny", 33608), "qwen": ("permission_deny", 172263)}
+COMMAND_ROW = {"gemini": "│ │ touch deny.marker", "qwen": "     touch deny.marker"}
+LAST_OPTION = {
+    "gemini": "│   3. No, suggest changes (esc)",
+    "qwen": "     4. No, suggest changes (esc)",
+}
+
+
+def recorded_frame(cli: str) -> bytes:
+    scenario, offset = RECORDED_DIALOG[cli]
+    return recorded_at(cli, scenario, offset)
+
+
+def recorded_pane(
+    scripted: Callable[..., ScriptedPane], cli: str, frames: list[bytes], **options: object
+) -> ScriptedPane:
+    """A pane that shows the recorded frames, blocked by its own rules (no OSC 7501)."""
+    pane = scripted(cli, [frame.decode() for frame in frames], size=(120, 40), **options)
+    pane.pump_until(lambda: pane.screen.status.state == "blocked")
+    pane.typed()  # the terminal's answers to the CLI's start-up queries
+    return pane
+
+
+@pytest.mark.parametrize("cli", ["gemini", "qwen"])
+@pytest.mark.parametrize(("answer", "key"), [("allow_once", ENTER), ("deny_once", ESC)])
+def test_recorded_dialogs_are_answered_with_one_key(
+    scripted: Callable[..., ScriptedPane], cli: str, answer: str, key: bytes
+) -> None:
+    pane = recorded_pane(scripted, cli, [recorded_frame(cli)])
+    assert (pane.screen.status.kind, pane.screen.status.source) == ("permission", "screen")
+    reply = pane.answer(answer)
+    assert isinstance(reply, Ok), reply
+    assert pane.typed() == key
+
+
+@pytest.mark.parametrize("cli", ["gemini", "qwen"])
+def test_a_recorded_dialog_not_drawn_whole_types_nothing(
+    scripted: Callable[..., ScriptedPane], cli: str
+) -> None:
+    """The title already says a confirmation waits, the last option is not drawn (yet):
+    nothing is pressed, however long the answer waits for the dialog to complete."""
+    cut = refocus(recorded_frame(cli), LAST_OPTION[cli], "")
+    pane = recorded_pane(scripted, cli, [cut], appear_s=2.0)
+    assert pane.screen.status.kind == "permission"
+    pane.clock.freeze()
+    for answer, rid in (("allow_once", 21), ("deny_once", 22)):
+        pane.requests.handle(AnswerDialog(rid=rid, answer=answer))  # type: ignore[arg-type]
+        pane.clock.now += 2.1
+        reply = pane.wait_reply(rid)
+        assert isinstance(reply, Failed) and reply.code == "dialog_unrecognized", reply
+    pane.clock.frozen = False
+    assert pane.typed() == b""
+
+
+@pytest.mark.parametrize("cli", ["gemini", "qwen"])
+@pytest.mark.parametrize("answer", ["allow_once", "deny_once"])
+def test_a_recorded_dialog_changed_before_the_key_types_nothing(
+    scripted: Callable[..., ScriptedPane], cli: str, answer: str
+) -> None:
+    """Recognised, then another command's dialog is drawn while the pane settles."""
+    pane = recorded_pane(scripted, cli, [recorded_frame(cli)], settle_s=0.2)
+    pane.clock.freeze()
+    pane.screen.feed(b"\x1b[s\x1b[u")  # output just now: the first key waits
+    pane.requests.handle(AnswerDialog(rid=23, answer=answer))  # type: ignore[arg-type]
+    other = COMMAND_ROW[cli].replace("touch deny.marker", "rm -rf ~")
+    pane.screen.feed(refocus(b"", COMMAND_ROW[cli], other, shown=recorded_frame(cli)))
+    pane.clock.now += 0.5
+    reply = pane.wait_reply(23)
+    assert isinstance(reply, Failed) and reply.code == "dialog_changed", reply
+    pane.clock.frozen = False
+    assert pane.typed() == b""
+
+
 # -- 5. send_input: a prompt is reported sent only once the program took it -------------
 
 # A line-editing agent. Its first "frame" argument is its mode: "echo" echoes keys and
 # answers each Enter; "paste" does the same with bracketed paste on; "report" also
 # reports OSC 7501 working on Enter; "ignore" echoes but never takes Enter; "late" shows
-# the line only when Enter comes and never takes it; "exit" exits on Enter.
+# the line only when Enter comes and never takes it; "exit" exits on Enter; "asks" reports
+# a permission dialog as soon as a typed line ends with "!" (before any Enter).
 LINE_AGENT = r"""
 import json, os, sys, tty
 log_path, frames_path = sys.argv[1], sys.argv[2]
@@ -977,6 +1199,8 @@ with open(log_path, "ab", buffering=0) as log:
                 line += bytes([key])
                 if mode not in ("late",):
                     os.write(1, bytes([key]))
+                if mode == "asks" and line.endswith(b"!"):
+                    os.write(1, b"\r\nAllow it?\x1b]7501;state=blocked:kind=permission\x1b\\")
             elif mode == "exit":
                 sys.exit(0)
             elif mode == "late":
@@ -1037,6 +1261,36 @@ def test_prompts_sent_at_once_are_typed_one_after_the_other(
     assert pane.typed() == b"first\rsecond\r"
 
 
+def _pending_bytes(fd: int) -> int:
+    """Bytes the PTY holds for the reader (FIONREAD)."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+def test_enter_is_not_pressed_into_a_dialog_reported_after_the_text(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """The program asks for permission while the text sits typed: the report is still
+    unread when Enter is due. Enter would answer the dialog; it must not be pressed."""
+    pane = scripted("generic", ["asks"], LINE_AGENT)
+    pane.pump_until(lambda: pane.shows(">"))
+    pane.clock.freeze()
+    pane.requests.handle(WriteInput(rid=41, text="go!"))
+    assert pane.program is not None
+    # Wait (bounded) until the program wrote its whole report, without reading it:
+    # the PTY says how many bytes it holds (readable alone was only the first echo).
+    written = len(b"go!" + b"\r\nAllow it?\x1b]7501;state=blocked:kind=permission\x1b\\")
+    deadline = time.monotonic() + 5
+    while _pending_bytes(pane.program.fd) < written:
+        assert time.monotonic() < deadline, _pending_bytes(pane.program.fd)
+        select.select([], [], [], 0.005)
+    pane.clock.now += 1.0  # Enter is due
+    pane.requests.run_due(pane.clock())
+    reply = pane.reply(41)
+    assert isinstance(reply, Failed) and reply.code == "delivery_ambiguous", reply
+    pane.clock.frozen = False
+    assert pane.typed() == b"go!"
+
+
 def test_bracketed_paste_is_used_when_the_program_asked_for_it(
     scripted: Callable[..., ScriptedPane],
 ) -> None:
@@ -1044,6 +1298,73 @@ def test_bracketed_paste_is_used_when_the_program_asked_for_it(
     pane.pump_until(lambda: pane.screen.terminal.bracketed_paste)
     assert isinstance(submit(pane, "two\nlines"), Ok)
     assert pane.typed() == b"\x1b[200~two\rlines\x1b[201~\r"
+
+
+# Gemini CLI 0.61.0's paste guard, scaled: an Enter handled within GUARD seconds of a
+# bracketed paste is a newline in the prompt, not a submission.
+PASTE_GUARD_AGENT = r"""
+import json, os, sys, time, tty
+log_path, frames_path = sys.argv[1], sys.argv[2]
+with open(frames_path, encoding="utf-8") as f:
+    GUARD = float(json.load(f)[0])
+tty.setraw(0)
+os.write(1, b"\x1b[?2004h> ")
+line, pasted_at = b"", 0.0
+with open(log_path, "ab", buffering=0) as log:
+    while True:
+        data = os.read(0, 4096)
+        if not data:
+            break
+        log.write(data)
+        if b"<end-of-test>" in data:
+            continue
+        if b"\x1b[200~" in data:
+            text = data.split(b"\x1b[200~", 1)[1].split(b"\x1b[201~", 1)[0]
+            line += text
+            os.write(1, text)
+            pasted_at = time.monotonic()
+            data = data.split(b"\x1b[201~", 1)[1]
+        if b"\r" in data:
+            if time.monotonic() - pasted_at < GUARD:
+                line += b"\n"
+                os.write(1, b"\r\n  ")
+            else:
+                os.write(1, b"\x1b]7501;state=working\x1b\\")
+                os.write(1, b"\r\nok: " + line.replace(b"\n", b" ") + b"\r\n> ")
+                line = b""
+"""
+
+
+def test_an_agent_with_a_paste_guard_gets_enter_only_after_the_echo(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """Gemini CLI and Qwen Code panes: Enter waits until the pasted text was drawn and the
+    program went quiet, so it submits instead of adding a newline (with the usual 50 ms it
+    came inside Gemini's guard and the prompt stayed in its input box)."""
+    pane = scripted("gemini", ["0.12"], PASTE_GUARD_AGENT)
+    pane.pump_until(lambda: pane.screen.terminal.bracketed_paste and pane.shows(">"))
+    reply = submit(pane, "hello there")
+    assert isinstance(reply, Ok), reply
+    assert reply.turn == pane.screen.status.turn == 1
+    pane.pump_until(lambda: pane.shows("ok: hello there"))
+    assert pane.typed() == b"\x1b[200~hello there\x1b[201~\r"
+
+
+def test_a_newline_instead_of_a_submission_is_never_reported_sent(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """Enter became a newline (the program was too busy): the cursor left the typed text's
+    row, which for other agents counts as taken; for these it is delivery_ambiguous."""
+    pane = scripted("gemini", ["60"], PASTE_GUARD_AGENT)
+    pane.pump_until(lambda: pane.screen.terminal.bracketed_paste and pane.shows(">"))
+    pane.requests.handle(WriteInput(rid=41, text="hello there"))
+    pane.pump_until(lambda: pane.unseen().endswith(b"\r"))
+    pane.clock.freeze()
+    pane.clock.now += SUBMIT_ACK_TIMEOUT_S + 1
+    reply = pane.wait_reply(41)
+    assert isinstance(reply, Failed) and reply.code == "delivery_ambiguous", reply
+    pane.clock.frozen = False
+    assert not pane.shows("ok:") and pane.screen.status.turn == 0
 
 
 @pytest.mark.parametrize("mode", ["ignore", "late"])

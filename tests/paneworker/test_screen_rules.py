@@ -8,6 +8,7 @@ state over OSC 7501, which gives a measured truth to compare the claude rules wi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
@@ -20,10 +21,12 @@ import pytest
 
 from paneworker.program import Program
 from paneworker.screen_rules import (
+    UNKNOWN,
     Decision,
     RulesError,
     bundled_rules,
     classify,
+    combine,
     load_rules,
     parse_rules,
     prefer,
@@ -40,7 +43,17 @@ TESTS = Path(__file__).resolve().parent.parent
 CAPTURED = TESTS / "captured"
 SCREENS = Path(__file__).resolve().parent / "screens"
 REPO = TESTS.parent
-PROFILE_AGENTS = ("kiro", "devin", "opencode", "claude", "codex", "demo", "generic")
+PROFILE_AGENTS = (
+    "kiro",
+    "devin",
+    "opencode",
+    "claude",
+    "codex",
+    "gemini",
+    "qwen",
+    "demo",
+    "generic",
+)
 
 
 def screen_of(data: bytes, cols: int = 120, rows: int = 40) -> Terminal:
@@ -59,8 +72,8 @@ def fixture_lines(agent: str, case: str) -> list[str]:
     return screen_of(text.replace("\n", "\r\n").encode()).display_lines()
 
 
-def decide(agent: str, lines: list[str]) -> tuple[str, str | None]:
-    decision = classify(bundled_rules(agent), lines)
+def decide(agent: str, lines: list[str], title: str = "") -> tuple[str, str | None]:
+    decision = classify(bundled_rules(agent), lines, title)
     return decision.state, decision.kind
 
 
@@ -78,7 +91,7 @@ def test_every_profile_agent_kind_has_a_valid_versioned_rules_file(agent: str) -
 
 
 def test_generic_and_unknown_kinds_have_no_rules() -> None:
-    for agent in ("generic", "gemini", "../demo", "Kiro"):
+    for agent in ("generic", "aider", "../demo", "Kiro"):
         rules = bundled_rules(agent)
         assert (rules.agent, rules.rules) == ("generic", ())
         assert classify(rules, ["anything", "› Allow once", "esc to interrupt"]) == Decision(
@@ -110,6 +123,7 @@ def rules_json(*rules: dict[str, object], agent: str = "kiro", version: int = 1)
         ({"id": "a", "state": "idle", "all": ["x"], "region_lines": 0}, "region_lines"),
         ({"id": "a", "state": "idle", "all": [""]}, "empty substring"),
         ({"id": "a", "state": "done", "all": ["x"]}, "Invalid enum value"),
+        ({"id": "a", "state": "idle", "on": "icon", "all": ["x"]}, "Invalid enum value"),
     ],
 )
 def test_a_bad_rule_refuses_the_whole_file(rule: dict[str, object], complaint: str) -> None:
@@ -127,6 +141,16 @@ def test_duplicate_ids_wrong_agent_and_bad_version_are_refused() -> None:
         parse_rules(rules_json(rule, version=0), agent="kiro", source="t")
     with pytest.raises(RulesError):
         parse_rules(b"{not json", agent="kiro", source="t")
+
+
+def test_startup_quiet_is_bounded_and_defaults_to_none() -> None:
+    rule = {"id": "a", "state": "idle", "all": ["x"]}
+    assert parse_rules(rules_json(rule), agent="kiro", source="t").startup_quiet_s == 0
+    for bad in (-1, 10.5):
+        data = json.dumps({"agent": "kiro", "version": 1, "startup_quiet_s": bad, "rules": [rule]})
+        with pytest.raises(RulesError, match="startup_quiet_s"):
+            parse_rules(data.encode(), agent="kiro", source="t")
+    assert bundled_rules("gemini").startup_quiet_s == bundled_rules("qwen").startup_quiet_s > 0
 
 
 # -- 3. overrides from the profiles directory ----------------------------------------
@@ -169,9 +193,9 @@ def test_an_older_or_broken_override_is_ignored_and_logged(
 
 
 def test_an_override_can_give_rules_to_a_kind_without_bundled_ones(tmp_path: Path) -> None:
-    rule = {"id": "prompt", "state": "idle", "regex": "^gemini> $"}
-    (tmp_path / "gemini.json").write_bytes(rules_json(rule, agent="gemini"))
-    assert decide_with(load_rules("gemini", tmp_path), ["gemini> "]) == ("idle", None)
+    rule = {"id": "prompt", "state": "idle", "regex": "^aider> $"}
+    (tmp_path / "aider.json").write_bytes(rules_json(rule, agent="aider"))
+    assert decide_with(load_rules("aider", tmp_path), ["aider> "]) == ("idle", None)
 
 
 # -- 4. matching semantics -----------------------------------------------------------
@@ -231,6 +255,37 @@ RECORDED = [
     ("opencode", "permission_deny", 41660, ("idle", None)),
     ("claude", "permission_allow", 7135, ("blocked", "permission")),
     ("claude", "permission_deny", 8761, ("blocked", "permission")),
+    # Gemini CLI 0.61.0 and Qwen Code 0.24.4 (screen and window title): the trust and sign-in
+    # screens read blocked although the title already says ready; prompt_reply, permission_*
+    # against the fake model (marks ready, typed, working, dialog, replied/allowed/denied).
+    ("gemini", "startup", 9303, ("blocked", "permission")),
+    ("gemini", "startup", 12385, ("blocked", "permission")),
+    ("gemini", "trusted", 9303, ("blocked", "permission")),
+    ("gemini", "trusted", 26447, ("blocked", "auth")),
+    ("gemini", "trusted", 30414, ("blocked", "auth")),
+    ("gemini", "prompt_reply", 4265, ("idle", None)),
+    ("gemini", "prompt_reply", 5622, ("idle", None)),
+    ("gemini", "prompt_reply", 9145, ("working", None)),
+    ("gemini", "prompt_reply", 35194, ("idle", None)),
+    ("gemini", "permission_allow", 35131, ("blocked", "permission")),
+    ("gemini", "permission_allow", 69490, ("idle", None)),
+    ("gemini", "permission_deny", 33608, ("blocked", "permission")),
+    ("gemini", "permission_deny", 36346, ("idle", None)),
+    ("qwen", "startup", 22849, ("blocked", "auth")),
+    ("qwen", "provider_menu", 22849, ("blocked", "auth")),
+    ("qwen", "provider_menu", 26800, ("blocked", "auth")),
+    ("qwen", "provider_menu", 32769, ("blocked", "auth")),
+    ("qwen", "trust", 15888, ("blocked", "permission")),
+    ("qwen", "trust", 20039, ("blocked", "permission")),
+    ("qwen", "trust", 24557, ("blocked", "auth")),
+    ("qwen", "prompt_reply", 38547, ("idle", None)),
+    ("qwen", "prompt_reply", 42965, ("idle", None)),
+    ("qwen", "prompt_reply", 52423, ("working", None)),
+    ("qwen", "prompt_reply", 137339, ("idle", None)),
+    ("qwen", "permission_allow", 144728, ("blocked", "permission")),
+    ("qwen", "permission_allow", 232208, ("idle", None)),
+    ("qwen", "permission_deny", 172263, ("blocked", "permission")),
+    ("qwen", "permission_deny", 186542, ("idle", None)),
 ]
 
 
@@ -242,7 +297,8 @@ RECORDED = [
 def test_recorded_screens_classify_as_the_program_was(
     cli: str, scenario: str, upto: int, expected: tuple[str, str | None]
 ) -> None:
-    assert decide(cli, recorded(cli, scenario, upto).display_lines()) == expected
+    term = recorded(cli, scenario, upto)
+    assert decide(cli, term.display_lines(), term.title) == expected
 
 
 def test_claude_rules_agree_with_claudes_own_reports_at_every_golden_point() -> None:
@@ -311,12 +367,105 @@ def test_recorded_codex_approval_reads_blocked(scenario: str) -> None:
     assert seen >= 1
 
 
-@pytest.mark.parametrize("cli", ["gemini", "qwen"])
-def test_kinds_without_rules_stay_unknown_on_their_dialogs(cli: str) -> None:
-    for meta_path in sorted((CAPTURED / cli).glob("*.golden.json")):
-        upto = json.loads(meta_path.read_text())["bytes"]
-        term = recorded(cli, meta_path.name.split(".", 1)[0], upto)
-        assert decide("generic", term.display_lines()) == ("unknown", None)
+# What each dialog of Gemini CLI and Qwen Code shows, and the kind it must read as.
+DIALOG_TEXTS = {
+    "gemini": {
+        "do you trust the files in this folder?": "permission",
+        "how would you like to authenticate": "auth",
+        "allow execution of [shell]?": "permission",
+    },
+    "qwen": {
+        "do you trust this folder?": "permission",
+        "connect a provider": "auth",
+        "third-party providers · provider": "auth",
+        "allow execution of: '": "permission",
+    },
+}
+TITLED = [
+    (cli, path.stem)
+    for cli in ("gemini", "qwen")
+    for path in sorted((CAPTURED / cli).glob("*.bin"))
+]
+
+
+@pytest.mark.parametrize(("cli", "scenario"), TITLED, ids=[f"{c}/{s}" for c, s in TITLED])
+def test_a_stale_title_never_reads_idle_over_a_dialog(cli: str, scenario: str) -> None:
+    """At every recorded read: while a dialog's text is on screen the pane never reads idle
+    (Gemini's title says '◇  Ready' over its trust and sign-in screens, Qwen's 'Qwen - <dir>'),
+    and once the whole dialog is drawn it reads blocked with the dialog's kind."""
+    data = (CAPTURED / cli / f"{scenario}.bin").read_bytes()
+    chunks = json.loads((CAPTURED / cli / f"{scenario}.json").read_text())["chunks"]
+    term = screen_of(b"")
+    start = 0
+    dialogs = 0
+    for _t, end in chunks:
+        term.feed(data[start:end])
+        start = end
+        text = "\n".join(term.display_lines()).lower()
+        state, kind = decide(cli, term.display_lines(), term.title)
+        shown = [k for needle, k in DIALOG_TEXTS[cli].items() if needle in text]
+        if shown:
+            assert state != "idle", (end, term.title)
+        if state == "blocked":
+            dialogs += 1
+            assert kind in (shown or ["permission"]), (end, kind, shown, term.title)
+    assert (dialogs > 0) == (scenario != "prompt_reply")  # the one recording without a dialog
+
+
+def test_a_title_alone_never_makes_a_pane_idle() -> None:
+    ready = "◇  Ready (work)" + " " * 65
+    assert decide("gemini", [], ready) == ("unknown", None)
+    assert decide("gemini", ["some output", "  ⠋ frame half drawn"], ready) == ("unknown", None)
+    assert decide("qwen", ["  ? Shell rm -rf build"], "Qwen - work") == ("unknown", None)
+    # With the idle prompt on screen, the title decides and says so.
+    idle = recorded("gemini", "prompt_reply", 35194)
+    decision = classify(bundled_rules("gemini"), idle.display_lines(), idle.title)
+    assert (decision.state, decision.source, decision.rule_id) == ("idle", "title", "title_ready")
+    # Without a title the screen alone decides (a CLI with titles switched off).
+    decision = classify(bundled_rules("gemini"), idle.display_lines(), "")
+    assert (decision.state, decision.source) == ("idle", "screen")
+
+
+def test_a_working_or_blocked_title_wins_over_an_idle_screen() -> None:
+    """Gemini keeps its input box on screen while a turn runs, and says 'Action Required'
+    in its title a read before it draws a confirmation."""
+    idle = recorded("gemini", "prompt_reply", 35194).display_lines()
+    assert decide("gemini", idle, "✦  Working… (work)") == ("working", None)
+    assert decide("gemini", idle, "⏲  Working… (work)") == ("working", None)
+    assert decide("gemini", idle, "✋  Action Required (work)") == ("blocked", "permission")
+    qwen_idle = recorded("qwen", "prompt_reply", 137339).display_lines()
+    assert decide("qwen", qwen_idle, "\u25d0\ufe0e Qwen - work") == ("working", None)
+    assert decide("qwen", qwen_idle, "\u2733\ufe0e Qwen - work") == ("blocked", "permission")
+    assert decide("qwen", qwen_idle, "my session") == ("idle", None)
+
+
+S_IDLE, S_WORK, S_BLOCK = Decision("idle"), Decision("working"), Decision("blocked", "auth")
+T_IDLE, T_WORK = Decision("idle", source="title"), Decision("working", source="title")
+T_BLOCK = Decision("blocked", "permission", source="title")
+
+
+@pytest.mark.parametrize(
+    ("screen", "title", "expected"),
+    [
+        (S_BLOCK, T_IDLE, S_BLOCK),  # the stale title over a dialog
+        (S_BLOCK, T_WORK, S_BLOCK),
+        (S_BLOCK, T_BLOCK, S_BLOCK),  # the screen knows the kind
+        (S_IDLE, T_BLOCK, T_BLOCK),
+        (UNKNOWN, T_BLOCK, T_BLOCK),  # a dialog the screen rules do not know
+        (S_IDLE, T_WORK, T_WORK),
+        (UNKNOWN, T_WORK, T_WORK),
+        (S_WORK, T_IDLE, S_WORK),  # the title went ready a frame early
+        (S_WORK, UNKNOWN, S_WORK),
+        (S_IDLE, T_IDLE, T_IDLE),
+        (S_IDLE, UNKNOWN, S_IDLE),
+        (UNKNOWN, T_IDLE, UNKNOWN),  # never idle from the title alone
+        (UNKNOWN, UNKNOWN, UNKNOWN),
+    ],
+)
+def test_screen_and_title_combine_in_a_fixed_order(
+    screen: Decision, title: Decision, expected: Decision
+) -> None:
+    assert combine(screen, title) == expected
 
 
 # -- 6. synthetic screens (inferred from the fingerprints) ----------------------------
@@ -357,6 +506,8 @@ SYNTHETIC = [
     ("codex", "bypass_status", ("unknown", None)),
     ("demo", "dialog", ("blocked", "permission")),
     ("demo", "prose_permission", ("unknown", None)),
+    ("gemini", "prose_permission", ("idle", None)),
+    ("qwen", "prose_permission", ("idle", None)),
 ]
 
 
@@ -377,7 +528,7 @@ def test_every_fixture_file_is_listed() -> None:
 
 @pytest.mark.parametrize("agent", PROFILE_AGENTS)
 def test_prose_or_a_status_bar_never_blocks_any_agent(agent: str) -> None:
-    for other in ("kiro", "devin", "opencode", "claude", "codex", "demo"):
+    for other in ("kiro", "devin", "opencode", "claude", "codex", "gemini", "qwen", "demo"):
         for case in ("prose_permission", "bypass_status"):
             if (SCREENS / other / f"{case}.txt").exists():
                 assert decide(agent, fixture_lines(other, case))[0] != "blocked", (other, case)
@@ -431,6 +582,30 @@ class Pane:
         self.step()
         self.step()
 
+    def settle_start(self) -> None:
+        """Enough for a steady screen before the first input (``startup_quiet_s``)."""
+        self.settle()
+        self.step(self.screen.rules.startup_quiet_s)
+
+    def replay(
+        self, data: bytes, chunks: list[list[float]], upto: int | None = None, scale: float = 1.0
+    ) -> None:
+        """Feed the recorded reads at their recorded times (stretched by ``scale``, as on a
+        slower machine), looking every 50 ms between."""
+        start = 0
+        base = self.clock.now - chunks[0][0] * scale
+        for t_recorded, end in chunks:
+            t = t_recorded * scale
+            while self.clock.now + 0.05 < base + t:
+                self.step(0.05)
+            self.clock.now = max(self.clock.now, base + t)
+            self.screen.feed(data[start : int(end)])
+            start = int(end)
+            if upto is not None and start >= upto:
+                break
+        for _ in range(40):  # two seconds more
+            self.step(0.05)
+
     @property
     def statuses(self) -> list[tuple[str, str | None, int, str]]:
         return [
@@ -455,6 +630,138 @@ def test_a_recorded_opencode_turn_is_idle_working_done_from_the_screen() -> None
         ("working", None, 1, "screen"),
         ("done", None, 1, "screen"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("cli", "ready", "working", "replied"),
+    [("gemini", 4265, 9145, 35194), ("qwen", 38547, 52423, 137339)],
+)
+def test_a_recorded_turn_is_idle_working_done_from_the_title(
+    cli: str, ready: int, working: int, replied: int
+) -> None:
+    data = (CAPTURED / cli / "prompt_reply.bin").read_bytes()
+    pane = Pane(cli)
+    pane.screen.feed(data[:ready])
+    pane.settle_start()
+    pane.screen.status.note_input()  # the recorded prompt was submitted here
+    pane.screen.feed(data[ready:working])
+    pane.settle()
+    pane.screen.feed(data[working:replied])
+    pane.settle()
+    assert pane.statuses == [
+        ("idle", None, 0, "title"),
+        ("working", None, 1, "title"),
+        ("done", None, 1, "title"),
+    ]
+    assert "hello from the fake model" in pane.screen.text(None, False)
+
+
+def test_a_title_change_alone_is_looked_at() -> None:
+    """Qwen's title says 'responding' before anything on screen changes."""
+    data = (CAPTURED / "qwen" / "prompt_reply.bin").read_bytes()
+    pane = Pane("qwen")
+    pane.screen.feed(data[:137339])
+    pane.settle_start()
+    assert pane.statuses == [("idle", None, 0, "title")]
+    assert pane.screen.rules_deadline() is None  # nothing new to look at
+    generation = pane.screen.terminal.text_generation
+    pane.screen.feed("\x1b]2;\u25d0\ufe0e Qwen - work\x07".encode())
+    assert pane.screen.terminal.text_generation == generation
+    assert pane.screen.rules_deadline() is not None
+    pane.settle()
+    assert pane.statuses[-1] == ("working", None, 0, "title")
+
+
+def test_a_provisional_input_box_before_the_trust_prompt_never_reads_idle() -> None:
+    """Gemini CLI with API-key auth draws its input box (title '◇  Ready') 0.15 s before its
+    folder-trust prompt (live, on a busy machine, long enough to read idle). Replayed at the
+    recorded pace and three times slower, the pane goes straight to blocked; without
+    ``startup_quiet_s`` the slow replay reads idle first."""
+    data = (CAPTURED / "gemini" / "trust_authed.bin").read_bytes()
+    chunks = json.loads((CAPTURED / "gemini" / "trust_authed.json").read_text())["chunks"]
+    for scale in (1.0, 3.0):
+        pane = Pane("gemini")
+        pane.replay(data, chunks, scale=scale)
+        assert pane.statuses == [("blocked", "permission", 0, "screen")]
+    hasty = Pane("gemini")
+    hasty.screen.rules = dataclasses.replace(hasty.screen.rules, startup_quiet_s=0.0)
+    hasty.replay(data, chunks, scale=3.0)
+    assert hasty.statuses == [("idle", None, 0, "title"), ("blocked", "permission", 0, "screen")]
+
+
+REPLAYED = [
+    ("gemini", "prompt_reply", [("idle", None, 0), ("working", None, 1), ("done", None, 1)]),
+    ("qwen", "prompt_reply", [("idle", None, 0), ("working", None, 1), ("done", None, 1)]),
+    (
+        "gemini",
+        "permission_allow",
+        [
+            ("idle", None, 0),
+            ("working", None, 1),
+            ("blocked", "permission", 1),
+            ("working", None, 1),
+            ("done", None, 1),
+        ],
+    ),
+    (
+        "qwen",
+        "permission_allow",
+        [
+            ("idle", None, 0),
+            ("working", None, 1),
+            ("blocked", "permission", 1),
+            ("working", None, 1),
+            ("done", None, 1),
+        ],
+    ),
+    (
+        "gemini",
+        "permission_deny",
+        [
+            ("idle", None, 0),
+            ("working", None, 1),
+            ("blocked", "permission", 1),
+            ("cancelled", None, 1),
+        ],
+    ),
+    (
+        "qwen",
+        "permission_deny",
+        [
+            ("idle", None, 0),
+            ("working", None, 1),
+            ("blocked", "permission", 1),
+            ("cancelled", None, 1),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("cli", "scenario", "expected"), REPLAYED, ids=[f"{c}/{s}" for c, s, _ in REPLAYED]
+)
+def test_recorded_sessions_replayed_at_their_pace_give_one_clean_turn(
+    cli: str, scenario: str, expected: list[tuple[str, str | None, int]]
+) -> None:
+    """The whole recording at its recorded timing: the prompt is turn 1, nothing before it
+    is a turn, the dialog is blocked(permission) and the answer ends the turn done or, after
+    Esc (deny_once marks the cancel), cancelled; the exit at the end is not counted."""
+    data = (CAPTURED / cli / f"{scenario}.bin").read_bytes()
+    meta = json.loads((CAPTURED / cli / f"{scenario}.json").read_text())
+    marks = {mark["name"]: mark["offset"] for mark in meta["marks"]}
+    last = marks.get("replied", marks.get("allowed", marks.get("denied")))
+    pane = Pane(cli)
+    pane.replay(data, meta["chunks"], upto=marks["typed"])
+    pane.screen.status.note_input()  # Enter of the recorded prompt came right after "typed"
+    rest = [[t, end] for t, end in meta["chunks"] if end > marks["typed"]]
+    if "dialog" in marks and scenario.endswith("deny"):
+        before = [[t, end] for t, end in rest if end <= marks["dialog"]]
+        pane.replay(data, before)
+        pane.screen.status.note_cancel()  # what deny_once does as it presses Esc
+        rest = [[t, end] for t, end in rest if end > marks["dialog"]]
+    pane.replay(data, [[t, end] for t, end in rest if end <= last] or rest[:1])
+    got = [(state, kind, turn) for state, kind, turn, _source in pane.statuses]
+    assert got == expected, pane.statuses
 
 
 def test_a_decision_needs_two_looks_and_a_flicker_changes_nothing() -> None:

@@ -442,6 +442,24 @@ def test_text_generation_moves_on_text_changes_only() -> None:
     assert rig.term.text_generation > after_text
 
 
+def test_the_window_title_is_kept_from_osc_0_and_2_never_shown() -> None:
+    rig = Rig()
+    assert rig.term.title == ""
+    rig.feed("\x1b]0;◇  Ready (work)   \x07")
+    assert rig.term.title == "◇  Ready (work)   "
+    rig.feed("\x1b]2;\u25d0\ufe0e Qwen - work\x1b\\")
+    assert rig.term.title == "\u25d0\ufe0e Qwen - work"
+    rig.feed("\x1b]1;icon name\x07")  # the icon name is not the title
+    assert rig.term.title == "\u25d0\ufe0e Qwen - work"
+    # Split across reads; invisible and bidi controls are dropped.
+    rig.feed("\x1b]0;✦  Work")
+    rig.feed("ing\u202e…\x07")
+    assert rig.term.title == "✦  Working…"
+    assert rig.text == "" and rig.term.text_generation == 0
+    rig.feed("\x1b]2;\x07")
+    assert rig.term.title == ""
+
+
 def test_rep_su_sd_and_tabs() -> None:
     rig = Rig(cols=20, rows=3).feed("ab\x1b[3bc\tT\x1b[Zz")
     assert rig.screen[0] == "abbbbc  z"

@@ -14,12 +14,22 @@ server and makes it ask before running shell commands:
 - codex: ``~/.codex/config.toml`` with a custom ``model_provider`` (Responses API),
   ``approval_policy = "on-request"``, ``sandbox_mode = "read-only"``, the folder trusted; the
   fake model's call asks for ``sandbox_permissions = "require_escalated"``, which is what
-  makes Codex ask.
+  makes Codex ask;
+- gemini: ``GEMINI_API_KEY`` + ``GOOGLE_GEMINI_BASE_URL``, ``~/.gemini/settings.json`` with
+  API-key auth and a model, the folder in ``~/.gemini/trustedFolders.json``; argv pins
+  ``--approval-mode default``;
+- qwen: ``OPENAI_API_KEY`` + ``OPENAI_BASE_URL`` + ``OPENAI_MODEL``, ``~/.qwen/settings.json``
+  with auth type ``openai`` — and, on purpose, ``tools.approvalMode = "yolo"``: argv pins
+  ``--approval-mode default``, and the dialogs still show, so the pin is what keeps them on.
+  Gemini and Qwen run with the model answering after 1 s, so that their turns are seen
+  working.
 
 What is checked: ``allow_once`` runs the command exactly once (the marker appears) and the
 turn ends ``done``; the same command in the next turn asks again (no rule was created);
 ``deny_once`` runs nothing and the turn ends ``cancelled``; ``send_input`` while the dialog
-is shown is refused with ``pane_blocked``. Skipped when a CLI is not installed.
+is shown is refused with ``pane_blocked``; for gemini and qwen also a plain prompt (a text
+reply, no tool) ends ``done`` at turn 1 with the reply on screen, and the pane stays
+``blocked`` while a dialog is shown. Skipped when a CLI is not installed.
 """
 
 from __future__ import annotations
@@ -44,17 +54,34 @@ PACKAGES = {
     "opencode": "opencode-ai",
     "claude": "@anthropic-ai/claude-code",
     "codex": "@openai/codex",
+    "gemini": "@google/gemini-cli",
+    "qwen": "@qwen-code/qwen-code",
 }
+TITLED = ["gemini", "qwen"]
 # Text each CLI shows once it takes prompts (Claude: its status report says idle).
-READY = {"opencode": "Ask anything", "claude": None, "codex": "Ask Codex to do anything"}
-EXTRA_ARGS = {"codex": ["--disable", "daemon_auto_start"]}
+READY = {
+    "opencode": "Ask anything",
+    "claude": None,
+    "codex": "Ask Codex to do anything",
+    "gemini": "Type your message",
+    "qwen": "Type your message",
+}
+EXTRA_ARGS = {
+    "codex": ["--disable", "daemon_auto_start"],
+    "gemini": ["--approval-mode", "default"],
+    "qwen": ["--approval-mode", "default"],
+}
 SETTLED = ["done", "cancelled"]
 # What the dialog shows, as a check that the screen is the measured one.
 DIALOG_TEXT = {
     "opencode": "Allow always",
     "claude": "Do you want to proceed?",
     "codex": "Would you like to run the following command?",
+    "gemini": "Allow execution of [Shell]?",
+    "qwen": "Waiting for user confirmation",
 }
+# The model's answer latency for CLIs whose turns are read from the screen and title.
+MODEL_DELAY_S = 1.0
 
 
 @dataclass
@@ -79,6 +106,11 @@ async def dialog_env(tmp_path: Path, fake_model: FakeModel) -> AsyncIterator[Env
     work.mkdir()
     await anyio.run_process(["git", "init", "-q", str(work)])
     write_cli_configs(home, work, fake_model.url)
+    # The worst setting Qwen Code has: only the pinned --approval-mode keeps dialogs on.
+    settings = home / ".qwen" / "settings.json"
+    settings.write_text(
+        json.dumps({**json.loads(settings.read_text()), "tools": {"approvalMode": "yolo"}})
+    )
     profiles: dict[str, Any] = {"profiles": []}
     for cli, package in PACKAGES.items():
         profiles["profiles"].append(
@@ -108,6 +140,8 @@ def _need(cli: str) -> None:
 
 async def _ready(env: Env, cli: str) -> dict[str, Any]:
     """Start the pane and wait until it takes a prompt."""
+    if cli in TITLED:
+        env.model.delay_s = MODEL_DELAY_S
     await env.tools.call("start_pane", name=cli, profile=cli)
     if READY[cli] is not None:
         match = await env.tools.call("wait_output", name=cli, pattern=READY[cli], timeout_s=40)
@@ -127,7 +161,18 @@ async def _ask(env: Env, cli: str, marker: str, after: int) -> dict[str, Any]:
     shown = await env.tools.call("wait_output", name=cli, pattern=DIALOG_TEXT[cli], timeout_s=10)
     screen = (await env.tools.call("read_output", name=cli))["text"]
     assert shown["matched"] and f"touch {marker}" in screen, screen
+    if cli in TITLED:
+        # Never idle or done while the dialog is shown (their titles say "ready" over
+        # other screens): nothing new is recorded while it waits.
+        moved = await env.tools.call(
+            "wait_status", name=cli, after_seq=blocked["seq"], until=WHILE_SHOWN, timeout_s=3
+        )
+        assert moved["timed_out"], moved
+        assert DIALOG_TEXT[cli] in (await env.tools.call("read_output", name=cli))["text"]
     return blocked
+
+
+WHILE_SHOWN = ["idle", "done", "cancelled", "working", "unknown", "error", "exited", "lost"]
 
 
 async def _remove(env: Env, cli: str) -> None:
@@ -168,6 +213,24 @@ async def test_allow_once_runs_the_command_once_and_the_next_call_asks_again(
     assert (ended["state"], ended["turn"]) == ("cancelled", again["turn"]), ended
     assert marker.stat().st_mtime_ns == ran_at, "the denied command ran"
     assert len(env.model.tool_calls()) == 2
+    await _remove(env, cli)
+
+
+@pytest.mark.parametrize("cli", TITLED)
+async def test_a_plain_prompt_is_turn_1_and_ends_done_with_the_reply_on_screen(
+    dialog_env: Env, cli: str
+) -> None:
+    _need(cli)
+    env = dialog_env
+    idle = await _ready(env, cli)
+    assert (idle["turn"], idle["source"]) == (0, "title"), idle
+    sent = await env.tools.call("send_input", name=cli, text="SAY: hello from panewarden")
+    done = await env.tools.wait(cli, after=sent["seq"], until=SETTLED, timeout_s=40)
+    assert (done["state"], done["turn"], done["source"]) == ("done", 1, "title"), done
+    screen = (await env.tools.call("read_output", name=cli))["text"]
+    replies = [line for line in screen.splitlines() if "hello from panewarden" in line]
+    assert any("SAY:" not in line for line in replies), screen  # the reply, not the prompt
+    assert env.model.tool_calls() == []
     await _remove(env, cli)
 
 

@@ -214,6 +214,20 @@ class ServiceFactory:
     def start(self, **kwargs: Any) -> Service:
         return self.prepare(**kwargs).start()
 
+    def successor(self, service: Service) -> Service:
+        """A not yet started service on ``service``'s state dir and settings: a restart.
+
+        Call it once ``service`` is dead: its URL file, which a SIGKILLed service leaves
+        behind, is removed so that ``start`` waits for the successor's own.
+        """
+        self.counter += 1
+        root = self.tmp_path / f"svc{self.counter}"
+        root.mkdir(mode=0o700)
+        service.url_file.unlink(missing_ok=True)
+        successor = Service(root=root, env=dict(service.env), args=list(service.args))
+        self.started.append(successor)
+        return successor
+
     def close(self) -> None:
         for service in reversed(self.started):
             service.stop()

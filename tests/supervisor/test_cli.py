@@ -25,6 +25,22 @@ def test_doctor_passes_on_this_host(state_dir: Path) -> None:
     done = _run(state_dir, "doctor")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ok  subreaper" in done.stdout and "ok  pidfd" in done.stdout
+    assert "ok  sandbox" in done.stdout and "no network" in done.stdout
+
+
+def test_doctor_says_when_the_sandbox_cannot_work(state_dir: Path, tmp_path: Path) -> None:
+    # No bwrap on PATH: verification is unavailable, everything else still passes.
+    done = subprocess.run(
+        [sys.executable, "-m", "supervisor", "doctor"],
+        env={**service_env(state_dir), "PATH": str(tmp_path)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "--  sandbox" in done.stdout and "not installed" in done.stdout
 
 
 def test_usage_errors_exit_2(state_dir: Path) -> None:

@@ -277,12 +277,15 @@ def test_opencode_outside_normal_mode_is_refused(tmp_path: Path, fields: dict[st
     assert message.startswith("profiles[0].permission_mode: opencode profiles allow only 'normal'")
 
 
-@pytest.mark.parametrize("agent", ["kiro", "devin", "demo", "generic", "claude", "codex"])
+@pytest.mark.parametrize(
+    "agent", ["kiro", "devin", "demo", "generic", "claude", "codex", "gemini", "qwen"]
+)
 @pytest.mark.parametrize("mode", ["accept-edits", "bypass"])
 def test_no_agent_leaves_normal_mode_without_a_measured_adapter(
     tmp_path: Path, agent: str, mode: str
 ) -> None:
-    message = refused_one(tmp_path, agent=agent, permission_mode=mode)
+    argv = ["tool", *PIN] if agent in ("gemini", "qwen") else ["tool"]
+    message = refused_one(tmp_path, agent=agent, argv=argv, permission_mode=mode)
     assert message.startswith(f"profiles[0].permission_mode: {mode!r} is not allowed")
 
 
@@ -293,7 +296,81 @@ def test_every_agent_may_use_normal_mode(tmp_path: Path, agent: str) -> None:
 
 
 def test_unknown_agent_is_refused(tmp_path: Path) -> None:
-    assert refused_one(tmp_path, agent="gemini").startswith("profiles[0].agent: ")
+    assert refused_one(tmp_path, agent="aider").startswith("profiles[0].agent: ")
+
+
+# --- Gemini CLI and Qwen Code: approvals stay on -------------------------------------
+
+PIN = ["--approval-mode", "default"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["gemini", "--approval-mode", "default"],
+        ["gemini", "--approval-mode=plan"],
+        ["/opt/bin/qwen", "--approvalMode", "default", "--model", "my-model"],
+        ["npx", "@qwen-code/qwen-code", "--approval_mode=DEFAULT"],
+    ],
+)
+@pytest.mark.parametrize("agent", ["gemini", "qwen"])
+def test_gemini_and_qwen_load_with_the_approval_mode_pinned(
+    tmp_path: Path, agent: str, argv: list[str]
+) -> None:
+    profile = one(tmp_path, agent=agent, argv=argv, extra_args=["--debug"]).get("p")
+    assert (profile.agent, profile.argv) == (agent, tuple(argv))
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"agent": "gemini", "argv": ["gemini", *PIN, "--yolo"]}, "argv[3]"),
+        ({"agent": "gemini", "argv": ["gemini", "-y", *PIN]}, "argv[1]"),
+        ({"agent": "qwen", "argv": ["qwen", *PIN, "-dy"]}, "argv[3]"),
+        ({"agent": "gemini", "argv": ["gemini", "--approval-mode", "yolo"]}, "argv[1]"),
+        ({"agent": "gemini", "argv": ["gemini", "--approval-mode=auto_edit"]}, "argv[1]"),
+        ({"agent": "qwen", "argv": ["qwen", "--approval-mode", "auto"]}, "argv[1]"),
+        ({"agent": "qwen", "argv": ["qwen", "--approvalMode=auto-edit"]}, "argv[1]"),
+        ({"agent": "qwen", "argv": ["qwen", *PIN, "--approval-mode"]}, "argv[3]"),
+        ({"agent": "qwen", "argv": ["qwen", *PIN, "--allowed-tools", "x"]}, "argv[3]"),
+        ({"agent": "gemini", "argv": ["gemini", *PIN], "extra_args": ["--YOLO"]}, "extra_args[0]"),
+        ({"agent": "qwen", "argv": ["qwen", *PIN], "extra_args": ["-y"]}, "extra_args[0]"),
+        # A generic profile that runs either CLI is held to the same rules.
+        ({"argv": ["npx", "@google/gemini-cli", *PIN, "--yolo"]}, "argv[4]"),
+        ({"argv": ["sh", "-c", "qwen --approval-mode default --yolo"]}, "argv[2]"),
+    ],
+)  # fmt: skip
+def test_gemini_and_qwen_auto_approval_flags_are_refused(
+    tmp_path: Path, fields: dict[str, Any], where: str
+) -> None:
+    message = refused_one(tmp_path, **fields)
+    assert message.startswith(f"profiles[0].{where}: auto-approval refused for gemini and qwen")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"agent": "qwen", "argv": ["qwen"]},
+        {"agent": "gemini", "argv": ["gemini", "--model", "default"]},
+        {"argv": ["/usr/local/bin/qwen"]},
+        # The pin must be in the fixed argv: a caller may leave an extra arg out.
+        {"agent": "qwen", "argv": ["qwen"], "extra_args": ["--approval-mode=default"]},
+    ],
+)
+def test_gemini_and_qwen_without_a_pinned_approval_mode_are_refused(
+    tmp_path: Path, fields: dict[str, Any]
+) -> None:
+    message = refused_one(tmp_path, **fields)
+    assert message.startswith("profiles[0].argv: must pin the approval mode")
+
+
+def test_caller_argv_cannot_switch_gemini_or_qwen_approvals_off(tmp_path: Path) -> None:
+    profiles = arbitrary(tmp_path, agent="qwen", argv=["qwen", *PIN])
+    message = resolve_error(profiles, ErrorCode.FORBIDDEN, argv=["qwen", "--approval-mode", "auto"])
+    assert message.startswith("argv[1]: auto-approval refused")
+    message = resolve_error(profiles, ErrorCode.FORBIDDEN, argv=["npx", "gemini"])
+    assert message.startswith("argv: must pin the approval mode")
+    assert resolve(profiles, argv=["qwen", *PIN, "--debug"]).argv == ("qwen", *PIN, "--debug")
 
 
 def test_unknown_permission_mode_is_refused(tmp_path: Path) -> None:

@@ -1,22 +1,30 @@
 """A fake model API on loopback that makes coding CLIs ask for a tool permission.
 
 Offline no CLI ever reaches a tool-permission dialog, because no model ever asks for a tool.
-This server stands in for the model: it speaks just enough of three wire formats, each
+This server stands in for the model: it speaks just enough of four wire formats, each
 streamed as server-sent events, to make a CLI run one shell command:
 
-- OpenAI chat completions (``POST …/chat/completions``): OpenCode's custom providers;
+- OpenAI chat completions (``POST …/chat/completions``): OpenCode's custom providers, and
+  Qwen Code with ``OPENAI_BASE_URL``;
 - Anthropic Messages (``POST …/v1/messages``): Claude Code with ``ANTHROPIC_BASE_URL``;
-- OpenAI Responses (``POST …/responses``): Codex with a custom ``model_provider``.
+- OpenAI Responses (``POST …/responses``): Codex with a custom ``model_provider``;
+- Gemini (``POST …/models/<model>:streamGenerateContent?alt=sse``, ``:generateContent``,
+  ``:countTokens``): Gemini CLI with ``GOOGLE_GEMINI_BASE_URL``.
 
 The answer to a request depends only on the request, so every CLI and every turn behaves
 the same way:
 
 - when the conversation's last message is a tool result, a short final text (``done.``);
 - otherwise, when the request offers a shell tool (OpenCode ``bash``, Claude ``Bash``, Codex
-  ``shell``/``exec_command``/``shell_command``), a call of that tool running the command
-  found in the last user message after ``RUN:`` (to the end of that line), or the server's
-  default command;
-- otherwise (titles, summaries, quota probes: side requests without tools) a plain ``ok``.
+  ``shell``/``exec_command``/``shell_command``, Gemini and Qwen ``run_shell_command``) and
+  the newest user message says ``RUN: <command>``: a call of that tool running the command
+  (to the end of that line); if it says ``SAY: <text>`` instead, that text and no tool call;
+  if it says neither, the server's default command when one was given, else ``ok``;
+- otherwise (titles, summaries, quota probes: side requests without tools) a plain ``ok``
+  (``{}`` to a Gemini request for JSON output).
+
+``delay_s`` makes every answer wait that long first (model latency), so that a turn stays
+visibly working for a moment.
 
 Every request is appended to a JSON-lines log (method, path, and the body's model, tool
 names and last message), so one can see what each CLI sends.
@@ -24,12 +32,13 @@ names and last message), so one can see what each CLI sends.
 Usage::
 
     python -m tests.tools.fake_model serve [--log FILE] [--command "touch /tmp/x"]
-    python -m tests.tools.fake_model record CLI allow|deny [--out tests/captured] [--show]
+    python -m tests.tools.fake_model record CLI allow|deny|reply [--out tests/captured] [--show]
 
 ``record`` runs the CLI under ``tests/tools/record_cli.py``'s recorder (fresh HOME with the
 configs of :func:`write_cli_configs`, the variables of :func:`cli_env`) and writes
-``<cli>/permission_<answer>.bin/.json`` plus the server's request log; run
-``python -m tests.tools.make_goldens --only <cli>/permission_<answer>`` afterwards. In tests,
+``<cli>/permission_<answer>.bin/.json`` (``reply``: ``<cli>/prompt_reply``, a text-only
+turn) plus the server's request log; run ``python -m tests.tools.make_goldens --only
+<cli>/<scenario>`` afterwards. Gemini and Qwen are recorded with ``delay_s`` = 1 s. In tests,
 :class:`FakeModel` is a context manager (a thread; ``url`` once started).
 """
 
@@ -49,8 +58,17 @@ from pathlib import Path
 from typing import Any
 
 # Tool names each CLI uses for "run a shell command", most specific first.
-SHELL_TOOLS = ("bash", "Bash", "shell", "exec_command", "shell_command", "local_shell")
+SHELL_TOOLS = (
+    "bash",
+    "Bash",
+    "run_shell_command",
+    "shell",
+    "exec_command",
+    "shell_command",
+    "local_shell",
+)
 RUN_PATTERN = re.compile(r"RUN:\s*(.+)")
+SAY_PATTERN = re.compile(r"SAY:\s*(.+)")
 FINAL_TEXT = "done."
 
 
@@ -75,7 +93,15 @@ def _text_of(content: Any) -> str:
 
 
 def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The conversation: ``messages`` (chat, Anthropic) or ``input`` (Responses)."""
+    """The conversation: ``messages`` (chat, Anthropic), ``input`` (Responses) or
+    ``contents`` (Gemini, whose ``parts`` are read as the message's content)."""
+    contents = body.get("contents")
+    if isinstance(contents, list):
+        return [
+            {"role": c.get("role"), "content": c.get("parts") or []}
+            for c in contents
+            if isinstance(c, dict)
+        ]
     items = body.get("messages")
     if items is None:
         items = body.get("input")
@@ -97,18 +123,25 @@ def _ends_with_tool_result(messages: list[dict[str, Any]]) -> bool:
         if role == "user":
             content = item.get("content")
             blocks = content if isinstance(content, list) else []
-            return any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks)
-        if role in ("assistant", "system", "developer"):
+            return any(
+                isinstance(b, dict) and (b.get("type") == "tool_result" or "functionResponse" in b)
+                for b in blocks
+            )
+        if role in ("assistant", "model", "system", "developer"):
             continue
     return False
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    """The text of the newest user message.
+
+    Only the newest: a side request (Qwen Code's "[SUGGESTION MODE: …]", offered every tool)
+    ends with its own instruction after the conversation, and must not be read as the
+    prompt that said ``RUN:`` earlier.
+    """
     for item in reversed(messages):
         if item.get("role") == "user":
-            text = _text_of(item.get("content"))
-            if RUN_PATTERN.search(text):
-                return text
+            return _text_of(item.get("content"))
     return ""
 
 
@@ -118,7 +151,12 @@ def _tools(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for tool in body.get("tools") or []:
         if not isinstance(tool, dict):
             continue
-        if isinstance(tool.get("function"), dict):  # chat completions
+        if isinstance(tool.get("functionDeclarations"), list):  # Gemini
+            for fn in tool["functionDeclarations"]:
+                if isinstance(fn, dict) and fn.get("name"):
+                    schema = fn.get("parametersJsonSchema") or fn.get("parameters") or {}
+                    found[str(fn["name"])] = schema
+        elif isinstance(tool.get("function"), dict):  # chat completions
             fn = tool["function"]
             found[str(fn.get("name"))] = fn.get("parameters") or {}
         elif "input_schema" in tool:  # Anthropic
@@ -163,7 +201,7 @@ class Decision:
         self.text = text
 
 
-def decide(body: dict[str, Any], default_command: str) -> Decision:
+def decide(body: dict[str, Any], default_command: str | None) -> Decision:
     """The answer to one request (see the module docstring)."""
     messages = _messages(body)
     if _ends_with_tool_result(messages):
@@ -172,8 +210,14 @@ def decide(body: dict[str, Any], default_command: str) -> Decision:
     name = next((t for t in SHELL_TOOLS if t in tools), None)
     if name is None:
         return Decision(None, {}, "ok")
-    match = RUN_PATTERN.search(_last_user_text(messages))
-    command = match[1].strip() if match else default_command
+    asked = _last_user_text(messages)
+    said = SAY_PATTERN.search(asked)
+    match = RUN_PATTERN.search(asked)
+    if said and not match:
+        return Decision(None, {}, said[1].strip())
+    if match is None and default_command is None:
+        return Decision(None, {}, "ok")
+    command = match[1].strip() if match else str(default_command)
     return Decision(name, _shell_arguments(tools[name], command), "")
 
 
@@ -363,6 +407,37 @@ def responses_stream(body: dict[str, Any], d: Decision) -> Iterator[bytes]:
     yield _sse({"type": "response.completed", "response": done}, "response.completed")
 
 
+def _gemini_response(d: Decision, text: str | None = None) -> dict[str, Any]:
+    part: dict[str, Any]
+    if d.tool:
+        part = {"functionCall": {"name": d.tool, "args": d.arguments}}
+    else:
+        part = {"text": d.text if text is None else text}
+    return {
+        "candidates": [
+            {"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}
+        ],
+        "usageMetadata": {
+            "promptTokenCount": 10,
+            "candidatesTokenCount": 5,
+            "totalTokenCount": 15,
+        },
+        "modelVersion": "fake-model",
+    }
+
+
+def gemini_stream(body: dict[str, Any], d: Decision) -> Iterator[bytes]:
+    """Gemini ``streamGenerateContent?alt=sse``: one chunk with the whole answer."""
+    yield b"data: " + json.dumps(_gemini_response(d)).encode() + b"\r\n\r\n"
+
+
+def gemini_json(body: dict[str, Any], d: Decision) -> dict[str, Any]:
+    """Gemini ``generateContent``; a request for JSON output gets an empty object."""
+    config = body.get("generationConfig") or {}
+    wants_json = isinstance(config, dict) and config.get("responseMimeType") == "application/json"
+    return _gemini_response(d, "{}" if wants_json and not d.tool else None)
+
+
 # ------------------------------------------------------------------ CLI set-up
 
 
@@ -424,6 +499,36 @@ trust_level = "trusted"
 """
     )
 
+    gemini = home / ".gemini"
+    gemini.mkdir()
+    (gemini / "settings.json").write_text(
+        json.dumps(
+            {
+                "security": {"auth": {"selectedType": "gemini-api-key"}},
+                "model": {"name": "gemini-2.5-flash"},
+                "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+                "privacy": {"usageStatisticsEnabled": False},
+                "telemetry": {"enabled": False},
+            }
+        )
+    )
+    (gemini / "trustedFolders.json").write_text(json.dumps({str(work): "TRUST_FOLDER"}))
+    qwen = home / ".qwen"
+    qwen.mkdir()
+    (qwen / "settings.json").write_text(
+        json.dumps(
+            {
+                "security": {"auth": {"selectedType": "openai"}},
+                "model": {"name": "fake-model"},
+                # 0.24.4 defaults to "auto": a model approves what it deems safe, no dialog.
+                "tools": {"approvalMode": "default"},
+                "general": {"enableAutoUpdate": False},
+                "privacy": {"usageStatisticsEnabled": False},
+                "telemetry": {"enabled": False},
+            }
+        )
+    )
+
 
 def cli_env(cli: str, url: str, home: Path) -> dict[str, str]:
     """The profile variables of ``cli``: its HOME and how it reaches the fake model."""
@@ -439,6 +544,14 @@ def cli_env(cli: str, url: str, home: Path) -> dict[str, str]:
         env["FAKE_API_KEY"] = "dummy"
     elif cli == "opencode":
         env |= {"OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1"}
+    elif cli == "gemini":
+        env |= {"GEMINI_API_KEY": "dummy", "GOOGLE_GEMINI_BASE_URL": url}
+    elif cli == "qwen":
+        env |= {
+            "OPENAI_API_KEY": "dummy",
+            "OPENAI_BASE_URL": url + "/v1",
+            "OPENAI_MODEL": "fake-model",
+        }
     return env
 
 
@@ -498,12 +611,15 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self._body()
         path = self.path.split("?", 1)[0].rstrip("/")
-        if path.endswith("/count_tokens"):
+        if path.endswith((":countTokens", "/count_tokens")):
             self.server.log_request_line("POST", self.path, body, None)
-            self._send_json(200, {"input_tokens": 10})
+            self._send_json(200, {"input_tokens": 10, "totalTokens": 10})
             return
         d = decide(body, self.server.default_command)
         self.server.log_request_line("POST", self.path, body, d)
+        if self.server.delay_s > 0:
+            # Model latency, so that a turn stays visibly "working" for a moment.
+            time.sleep(self.server.delay_s)
         stream = bool(body.get("stream"))
         if path.endswith("/chat/completions"):
             if stream:
@@ -517,6 +633,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(200, anthropic_json(body, d))
         elif path.endswith("/responses"):
             self._send_stream(responses_stream(body, d))
+        elif path.endswith(":streamGenerateContent"):
+            self._send_stream(gemini_stream(body, d))
+        elif path.endswith(":generateContent"):
+            self._send_json(200, gemini_json(body, d))
         else:
             self._send_json(404, {"error": {"message": "not found", "type": "not_found"}})
 
@@ -524,10 +644,18 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, log: Path | None, default_command: str) -> None:
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A CLI that exits (or is killed with its pane) mid-stream closes the connection:
+        # expected, and not worth a traceback on stderr.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+    def __init__(self, log: Path | None, default_command: str | None, delay_s: float = 0.0) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.log_path = log
         self.default_command = default_command
+        self.delay_s = delay_s
         self.lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
 
@@ -555,8 +683,10 @@ class _Server(ThreadingHTTPServer):
 class FakeModel:
     """The server on a thread, for tests: ``with FakeModel(log) as fm: fm.url``."""
 
-    def __init__(self, log: Path | None = None, default_command: str = "true") -> None:
-        self._server = _Server(log, default_command)
+    def __init__(
+        self, log: Path | None = None, default_command: str | None = None, delay_s: float = 0.0
+    ) -> None:
+        self._server = _Server(log, default_command, delay_s)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -571,6 +701,15 @@ class FakeModel:
     def requests(self) -> list[dict[str, Any]]:
         with self._server.lock:
             return list(self._server.requests)
+
+    @property
+    def delay_s(self) -> float:
+        """How long every answer waits first (model latency)."""
+        return self._server.delay_s
+
+    @delay_s.setter
+    def delay_s(self, value: float) -> None:
+        self._server.delay_s = value
 
     def tool_calls(self) -> list[dict[str, Any]]:
         """The requests answered with a tool call, oldest first."""
@@ -593,7 +732,46 @@ _RECORD = {
     "opencode": ("ask anything", "permission required", ["\x03"]),
     "claude": ("manual mode on", "do you want to proceed", ["\x03", "\x03"]),
     "codex": ("ask codex to do anything", "would you like to run", ["\x03", "\x03"]),
+    "gemini": ("type your message", "allow execution of", ["\x03", "\x03"]),
+    "qwen": ("type your message", "allow execution of", ["\x03", "\x03"]),
 }
+# Gemini and Qwen must run with their approval mode pinned (see docs/operations.md).
+PINNED_ARGV = {
+    "gemini": ["gemini", "--approval-mode", "default"],
+    "qwen": ["qwen", "--approval-mode", "default"],
+}
+REPLY_TEXT = "hello from the fake model"
+# How long the server takes to answer while recording, so that working screens are seen.
+RECORD_DELAY_S = {"gemini": 1.0, "qwen": 1.0}
+
+
+def _argv(cli: str) -> list[str]:
+    from tests.tools import record_cli as rc
+
+    return rc.CODEX_ARGV if cli == "codex" else PINNED_ARGV.get(cli, [cli])
+
+
+def reply_scenario(cli: str) -> Any:
+    """A record_cli scenario: a prompt the model answers with text only; the turn ends; exit."""
+    from tests.tools import record_cli as rc
+
+    ready, _dialog, exit_keys = _RECORD[cli]
+    steps = [
+        rc.Step(screen=ready, quiet=1.5, deadline=30, mark="ready", send=f"SAY: {REPLY_TEXT}"),
+        rc.Step(quiet=0.5, deadline=3, mark="typed", send="\r"),
+        rc.Step(screen="esc to cancel", deadline=10, mark="working"),
+        rc.Step(screen=REPLY_TEXT, quiet=1.5, deadline=15, mark="replied", send=exit_keys[0]),
+        *[rc.Step(quiet=0.5, deadline=2, send=k) for k in exit_keys[1:]],
+        rc.Step(exit=8),
+    ]
+    return rc.Scenario(
+        cli,
+        "prompt_reply",
+        _argv(cli),
+        steps,
+        f"against tests/tools/fake_model.py on loopback (1 s per answer): 'SAY: {REPLY_TEXT}' "
+        "is answered with that text and no tool call; the turn ends; exit",
+    )
 
 
 def permission_scenario(cli: str, answer: str) -> Any:
@@ -627,7 +805,7 @@ def permission_scenario(cli: str, answer: str) -> Any:
         *[rc.Step(quiet=0.5, deadline=2, send=k) for k in exit_keys[1:]],
         rc.Step(exit=8),
     ]
-    argv = rc.CODEX_ARGV if cli == "codex" else [cli]
+    argv = _argv(cli)
     what = "Enter allows it: the command runs" if answer == "allow" else "Esc rejects it"
     return rc.Scenario(
         cli,
@@ -647,8 +825,10 @@ def record(cli: str, answer: str, out: Path, show: bool) -> dict[str, Any]:
     """
     from tests.tools import record_cli as rc
 
-    with FakeModel(out / cli / f"permission_{answer}.model.log") as model:
-        scenario = permission_scenario(cli, answer)
+    name = "prompt_reply" if answer == "reply" else f"permission_{answer}"
+    delay_s = RECORD_DELAY_S.get(cli, 0.0)
+    with FakeModel(out / cli / f"{name}.model.log", delay_s=delay_s) as model:
+        scenario = reply_scenario(cli) if answer == "reply" else permission_scenario(cli, answer)
         scenario.setup = lambda home, work: write_cli_configs(home, work, model.url)
         plain = rc.build_env
 
@@ -669,10 +849,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     serve = sub.add_parser("serve", help="run the server until Ctrl-C")
     serve.add_argument("--log", type=Path, default=None)
-    serve.add_argument("--command", default="true", help="shell command when there is no RUN:")
+    serve.add_argument("--command", default=None, help="shell command when there is no RUN:")
     rec = sub.add_parser("record", help="record a CLI's permission dialog into tests/captured")
     rec.add_argument("cli", choices=sorted(_RECORD))
-    rec.add_argument("answer", choices=["allow", "deny"])
+    rec.add_argument("answer", choices=["allow", "deny", "reply"])
     rec.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "captured")
     rec.add_argument("--show", action="store_true")
     args = ap.parse_args(argv)

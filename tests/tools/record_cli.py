@@ -398,12 +398,31 @@ class Scenario:
     description: str
     setup: Callable[[Path, Path], None] | None = None
     cols: int = 120
+    # Extra variables for the program (no credentials: recordings run offline).
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
     rows: int = 40
 
 
 def _claude_setup(home: Path, cwd: Path) -> None:
     # Without this, a fresh HOME makes Claude Code try the network for onboarding and exit 1.
     (home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True}))
+
+
+def _gemini_api_key_setup(home: Path, cwd: Path) -> None:
+    # API-key auth chosen (the key itself is a dummy in the scenario's env): Gemini CLI then
+    # draws its input box before it asks whether to trust the folder.
+    (home / ".gemini").mkdir(exist_ok=True)
+    (home / ".gemini" / "settings.json").write_text(
+        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
+    )
+
+
+def _qwen_folder_trust_setup(home: Path, cwd: Path) -> None:
+    # Qwen Code's folder trust is off by default; with it on, a trust prompt comes first.
+    (home / ".qwen").mkdir(exist_ok=True)
+    (home / ".qwen" / "settings.json").write_text(
+        json.dumps({"security": {"folderTrust": {"enabled": True}}})
+    )
 
 
 CODEX_ARGV = ["codex", "--disable", "daemon_auto_start"]
@@ -540,6 +559,20 @@ SCENARIOS: list[Scenario] = [
         "Ctrl-C twice exits with a summary",
     ),
     Scenario(
+        "gemini",
+        "trust_authed",
+        ["gemini", "--approval-mode", "default"],
+        [
+            Step(screen="type your message", deadline=20, mark="input_box"),
+            Step(screen="do you trust", quiet=2.0, deadline=20, mark="trust", send="\x1b"),
+            Step(exit=8),
+        ],
+        "API-key auth configured, folder not trusted: the input box is drawn for a moment, "
+        "then the folder-trust prompt; Esc exits without saving anything",
+        setup=_gemini_api_key_setup,
+        env={"GEMINI_API_KEY": "dummy"},
+    ),
+    Scenario(
         "qwen",
         "startup",
         ["qwen"],
@@ -564,6 +597,25 @@ SCENARIOS: list[Scenario] = [
             Step(exit=8),
         ],
         "provider menu; Down moves the selection; Enter opens the next page; Ctrl-C twice exits",
+    ),
+    Scenario(
+        "qwen",
+        "trust",
+        ["qwen"],
+        [
+            Step(
+                screen="do you trust this folder", quiet=2.0, deadline=20, mark="trust", send="\x03"
+            ),
+            # Ctrl-C does nothing there; Esc is "3. Don't trust (esc)", which is saved.
+            Step(quiet=0.5, deadline=2, mark="ctrl_c_once", send="\x1b"),
+            Step(screen="connect a provider", quiet=1.5, deadline=10, mark="declined", send="\x03"),
+            Step(quiet=0.3, deadline=1, send="\x03"),
+            Step(exit=8),
+        ],
+        "with security.folderTrust.enabled: the folder-trust prompt (alternate screen); "
+        "Ctrl-C is ignored there; Esc declines (saved as DO_NOT_TRUST) and the provider menu "
+        "follows; Ctrl-C twice exits",
+        setup=_qwen_folder_trust_setup,
     ),
 ]
 
@@ -794,7 +846,7 @@ class Recorder:
         subprocess.run(["git", "init", "-q", str(cwd)], check=True)
         if sc.setup:
             sc.setup(home, cwd)
-        env = build_env(home, self.prefix, {})
+        env = build_env(home, self.prefix, dict(self.sc.env))
         argv = list(sc.argv)
         exe = shutil.which(argv[0], path=env["PATH"])
         if exe is None:

@@ -1,0 +1,214 @@
+"""The ctl socket: where ``panewarden ctl`` reaches the service from inside a pane.
+
+An AF_UNIX stream socket (mode 0600) beside the worker socket in the short runtime
+directory; its path is recorded in ``$STATE/run/ctl`` and given to every pane program
+as ``PANEWARDEN_CTL_SOCKET``. One connection carries one exchange (the contract is in
+:mod:`supervisor.control.ctl_wire`):
+
+- the client sends one request, a JSON object on one line:
+  ``{"op": "<command>", "args": {...}}`` (at most ``MAX_REQUEST_BYTES``, within
+  ``REQUEST_READ_TIMEOUT_S`` of connecting);
+- the service attests the caller (see :mod:`supervisor.control.attestation`), runs the
+  command as that pane's identity, and answers one line: ``{"ok": true, "result":
+  {...}}`` or ``{"ok": false, "error": {"code": ..., "message": ...}}``;
+- then it closes the connection. A client that hangs up cancels its command.
+
+A malformed request gets a typed error (``invalid_argument``), never a crash; every
+connection is served by its own task on the loop, and every one is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from protocol.errors import ErrorCode, PanewardenError
+from supervisor.control.attestation import boot_ticks_now, pane_of_identity
+from supervisor.control.ctl_wire import (
+    MAX_REQUEST_BYTES,
+    MAX_RESPONSE_BYTES,
+    REQUEST_READ_TIMEOUT_S,
+)
+
+log = logging.getLogger(__name__)
+
+WRITE_TIMEOUT_S = 10.0
+# How long a stop waits for cancelled connections to finish.
+STOP_TIMEOUT_S = 5.0
+
+Identify = Callable[[socket.socket, int], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class CtlCommand:
+    """One ctl command: its arguments' Struct and the coroutine that runs it for an
+    attested identity."""
+
+    args: type[msgspec.Struct]
+    run: Callable[[str, Any], Awaitable[dict[str, Any]]]
+
+
+class CtlRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """The one line a client sends."""
+
+    op: str
+    args: dict[str, Any] = {}
+
+
+def encode_error(code: ErrorCode, message: str) -> bytes:
+    """The line that answers a refused request."""
+    return msgspec.json.encode({"ok": False, "error": {"code": code.value, "message": message}})
+
+
+class _ClientGone(Exception):
+    """The client closed its end (or sent more than its one request) mid-command."""
+
+
+class CtlServer:
+    """Serves ctl requests on an AF_UNIX socket; see the module docstring."""
+
+    def __init__(self, path: Path, identify: Identify, commands: Mapping[str, CtlCommand]) -> None:
+        self.path = path
+        self._identify = identify
+        self._commands = dict(commands)
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Bind and listen (under umask 077, then chmod 0600); a stale socket file of a
+        previous service on this state dir is replaced."""
+        self.path.unlink(missing_ok=True)
+        old = os.umask(0o077)
+        try:
+            self._server = await asyncio.start_unix_server(
+                self._connection, path=str(self.path), limit=MAX_REQUEST_BYTES
+            )
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+
+    async def stop(self) -> None:
+        """Stop listening, cancel the connections in flight, remove the socket file."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        tasks = list(self._connections)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
+        if server is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(server.wait_closed(), STOP_TIMEOUT_S)
+        self.path.unlink(missing_ok=True)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        accepted_ticks = boot_ticks_now()
+        try:
+            response = await self._exchange(reader, writer, accepted_ticks)
+            if response is not None:
+                writer.write(response + b"\n")
+                await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
+        except (ConnectionError, TimeoutError):
+            pass  # the client went away or stopped reading: nothing to tell it
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), WRITE_TIMEOUT_S)
+
+    async def _exchange(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, accepted_ticks: int
+    ) -> bytes | None:
+        """Read, attest, run; the response line, or None when the client is gone."""
+        op = "?"
+        identity: str | None = None
+        try:
+            request = await _read_request(reader)
+            op = request.op
+            command = self._commands.get(op)
+            if command is None:
+                raise PanewardenError(ErrorCode.INVALID_ARGUMENT, f"no ctl command {op[:40]!r}")
+            sock = writer.get_extra_info("socket")
+            identity = await self._identify(sock, accepted_ticks)
+            try:
+                args = msgspec.convert(request.args, command.args)
+            except msgspec.ValidationError as exc:
+                raise PanewardenError(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
+            result = await _unless_client_leaves(reader, command.run(identity, args))
+        except _ClientGone:
+            _log_call(op, identity, "cancelled", None)
+            return None
+        except PanewardenError as exc:
+            _log_call(op, identity, "error", exc.code.value)
+            return encode_error(exc.code, exc.message)
+        except Exception:
+            log.exception("ctl command failed", extra={"tool": f"ctl {op}"})
+            _log_call(op, identity, "error", ErrorCode.INTERNAL.value)
+            return encode_error(ErrorCode.INTERNAL, "internal error; see the service log")
+        _log_call(op, identity, "ok", None)
+        body = msgspec.json.encode({"ok": True, "result": result})
+        if len(body) >= MAX_RESPONSE_BYTES:
+            return encode_error(
+                ErrorCode.INVALID_ARGUMENT, "the result is too large; ask for fewer --lines"
+            )
+        return body
+
+
+async def _read_request(reader: asyncio.StreamReader) -> CtlRequest:
+    """The client's one request line, bounded in size and time."""
+    try:
+        line = await asyncio.wait_for(reader.readline(), REQUEST_READ_TIMEOUT_S)
+    except TimeoutError:
+        raise PanewardenError(
+            ErrorCode.TIMEOUT, f"no request within {REQUEST_READ_TIMEOUT_S:.0f}s"
+        ) from None
+    except ValueError:  # the stream's limit: a line longer than MAX_REQUEST_BYTES
+        raise PanewardenError(
+            ErrorCode.INVALID_ARGUMENT, f"a request is at most {MAX_REQUEST_BYTES} bytes"
+        ) from None
+    if not line.endswith(b"\n"):
+        raise PanewardenError(ErrorCode.INVALID_ARGUMENT, "a request is one line ending in \\n")
+    try:
+        return msgspec.json.decode(line, type=CtlRequest)
+    except msgspec.ValidationError as exc:
+        raise PanewardenError(ErrorCode.INVALID_ARGUMENT, f"bad request: {exc}") from None
+    except msgspec.DecodeError:
+        raise PanewardenError(ErrorCode.INVALID_ARGUMENT, "a request is one JSON object") from None
+
+
+async def _unless_client_leaves(
+    reader: asyncio.StreamReader, work: Awaitable[dict[str, Any]]
+) -> dict[str, Any]:
+    """Run ``work``; cancel it if the client closes its end (or sends anything more)."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(reader.read(1))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        raise _ClientGone
+    finally:
+        for pending in (task, watch):
+            if not pending.done():
+                pending.cancel()
+        await asyncio.gather(task, watch, return_exceptions=True)
+
+
+def _log_call(op: str, identity: str | None, outcome: str, code: str | None) -> None:
+    """One content-free log line per ctl call (the pane, never arguments)."""
+    pane = None if identity is None else pane_of_identity(identity)
+    level = logging.INFO if outcome != "ok" or op not in ("status", "receipts") else logging.DEBUG
+    log.log(level, "ctl call %s", outcome, extra={"tool": f"ctl {op}", "pane": pane, "code": code})

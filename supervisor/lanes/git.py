@@ -1,0 +1,206 @@
+"""Reading Git, and only reading it: the one module that runs ``git`` for the lanes.
+
+Every command is a fixed argv, ``git --no-optional-locks -c core.fsmonitor=false -C DIR
+…`` (no index refresh written, no fsmonitor hook run), with a cleared environment
+(``PATH``, ``LANG=C``, ``HOME=/nonexistent``: no global configuration, and no ``GIT_*``
+variable from the supervisor's environment) and a timeout. It runs through a
+``ChildRunner`` (the supervisor's managed helpers), which is also the seam where tests
+inject failures. Any failure is ``git_precondition`` with Git's first line of complaint;
+no command here ever changes a repository, a worktree, an index or a ref.
+
+A *linked worktree* is one whose git dir differs from the repository's common dir: the
+primary checkout and an independent clone have them equal and are refused as writer
+lanes. The repository's identity is the realpath of its common dir.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from protocol.errors import ErrorCode, PanewardenError
+from supervisor.panes.subprocesses import ChildResult, ChildRunner
+
+GIT_TIMEOUT_S = 30.0
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Small answers (refs, paths); larger outputs say how much they may be.
+SMALL_OUTPUT = 64 * 1024
+LIST_OUTPUT = 16 * 1024 * 1024
+MESSAGE_LIMIT = 300
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a directory sits in Git: its worktree top, git dir and common dir."""
+
+    toplevel: str
+    git_dir: str
+    common_dir: str
+
+    @property
+    def linked(self) -> bool:
+        """True for a linked worktree (not the primary checkout, not a clone)."""
+        return self.git_dir != self.common_dir
+
+
+@dataclass(frozen=True)
+class Digest:
+    """A command's output as a SHA-256 and a size (its bytes are not kept)."""
+
+    sha256: str
+    size: int
+
+
+def git_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment every git command gets: nothing inherited but ``PATH``."""
+    return {
+        "PATH": environ.get("PATH") or DEFAULT_PATH,
+        "LANG": "C",
+        "LC_ALL": "C",
+        "HOME": "/nonexistent",
+    }
+
+
+def _real_layout(toplevel: str, git_dir: str, common_dir: str) -> Layout:
+    real = os.path.realpath
+    return Layout(toplevel=real(toplevel), git_dir=real(git_dir), common_dir=real(common_dir))
+
+
+def _failure(what: str, directory: str, result: ChildResult) -> PanewardenError:
+    if result.timed_out:
+        why = f"took longer than {GIT_TIMEOUT_S:.0f}s"
+    else:
+        lines = result.stderr.decode(errors="replace").strip().splitlines()
+        why = lines[0] if lines else f"exit status {result.returncode}"
+    return PanewardenError(
+        ErrorCode.GIT_PRECONDITION, f"git {what} in {directory}: {why}"[:MESSAGE_LIMIT]
+    )
+
+
+class Git:
+    """Read-only Git queries for one host; see the module docstring."""
+
+    def __init__(
+        self,
+        runner: ChildRunner,
+        environ: Mapping[str, str],
+        *,
+        timeout_s: float = GIT_TIMEOUT_S,
+    ) -> None:
+        self._runner = runner
+        self._env = git_environment(environ)
+        self._timeout_s = timeout_s
+
+    async def _run(
+        self, directory: str, *args: str, limit: int = SMALL_OUTPUT, ok: tuple[int, ...] = (0,)
+    ) -> ChildResult:
+        argv = ["git", "--no-optional-locks", "-c", "core.fsmonitor=false", "-C", directory]
+        try:
+            result = await self._runner(
+                [*argv, *args],
+                cwd="/",
+                env=self._env,
+                timeout_s=self._timeout_s,
+                output_limit=limit,
+            )
+        except PanewardenError as exc:
+            raise PanewardenError(ErrorCode.GIT_PRECONDITION, exc.message) from None
+        if result.timed_out or result.returncode not in ok:
+            raise _failure(args[0], directory, result)
+        return result
+
+    async def _line(self, directory: str, *args: str) -> str:
+        out = (await self._run(directory, *args)).stdout.decode(errors="surrogateescape")
+        return out.rstrip("\n")
+
+    async def layout(self, directory: str) -> Layout:
+        """The worktree top, git dir and common dir of ``directory`` (absolute, real)."""
+        lines = (
+            await self._line(
+                directory,
+                "rev-parse",
+                "--path-format=absolute",
+                "--show-toplevel",
+                "--git-dir",
+                "--git-common-dir",
+            )
+        ).split("\n")
+        if len(lines) != 3 or not all(lines):
+            raise PanewardenError(
+                ErrorCode.GIT_PRECONDITION, f"{directory} is not inside a Git worktree"
+            )
+        return _real_layout(*lines)
+
+    async def branch(self, directory: str) -> str | None:
+        """The checked-out branch's short name; None when HEAD is detached."""
+        result = await self._run(directory, "symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1))
+        if result.returncode == 1:
+            return None
+        return result.stdout.decode(errors="surrogateescape").rstrip("\n")
+
+    async def head(self, directory: str) -> str:
+        """The full id of the commit HEAD names."""
+        return await self._line(directory, "rev-parse", "--verify", "HEAD^{commit}")
+
+    async def is_ancestor(self, directory: str, ancestor: str, descendant: str) -> bool:
+        """True when commit ``ancestor`` is ``descendant`` or one of its ancestors."""
+        result = await self._run(
+            directory, "merge-base", "--is-ancestor", ancestor, descendant, ok=(0, 1)
+        )
+        return result.returncode == 0
+
+    async def status(self, directory: str) -> Digest:
+        """SHA-256 of the exact ``status --porcelain=v1 --untracked-files=all`` bytes."""
+        result = await self._run(
+            directory, "status", "--porcelain=v1", "--untracked-files=all", limit=0
+        )
+        return Digest(result.stdout_sha256, result.stdout_size)
+
+    async def diff_from(self, directory: str, base: str) -> Digest:
+        """SHA-256 of ``diff --binary`` from commit ``base`` to the worktree's files."""
+        result = await self._run(
+            directory,
+            "diff",
+            "--binary",
+            "--full-index",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            base,
+            "--",
+            limit=0,
+        )
+        return Digest(result.stdout_sha256, result.stdout_size)
+
+    async def untracked(self, directory: str) -> list[str]:
+        """Untracked, not ignored files (worktree-relative paths), sorted bytewise."""
+        result = await self._run(
+            directory, "ls-files", "--others", "--exclude-standard", "-z", limit=LIST_OUTPUT
+        )
+        if result.truncated:
+            raise PanewardenError(
+                ErrorCode.GIT_PRECONDITION,
+                f"more untracked files in {directory} than {LIST_OUTPUT} bytes of names",
+            )
+        names = [n for n in result.stdout.split(b"\0") if n]
+        return [n.decode(errors="surrogateescape") for n in sorted(names)]
+
+    async def show(self, directory: str, commit: str, path: str, limit: int) -> bytes | None:
+        """The bytes of ``path`` as it is at ``commit``; None when it is not there.
+
+        Raises:
+            PanewardenError: ``git_precondition`` when larger than ``limit``, or on any
+                other failure (an unknown commit among them).
+        """
+        result = await self._run(directory, "cat-file", "-e", f"{commit}:{path}", ok=(0, 1, 128))
+        if result.returncode != 0:
+            await self._run(directory, "cat-file", "-e", f"{commit}^{{commit}}")
+            return None
+        # cat-file, not show: the blob's bytes, never through a textconv filter.
+        shown = await self._run(directory, "cat-file", "blob", f"{commit}:{path}", limit=limit)
+        if shown.truncated:
+            raise PanewardenError(
+                ErrorCode.GIT_PRECONDITION, f"{path} at {commit[:12]} is larger than {limit} bytes"
+            )
+        return shown.stdout

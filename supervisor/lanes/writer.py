@@ -1,0 +1,314 @@
+"""Writer lanes: one agent pane per linked Git worktree, on scopes nobody else holds.
+
+``start`` runs under the controller and writer locks, after the fence check. It admits a
+writer only on exact Git evidence, read (never written) through :mod:`supervisor.lanes.git`:
+
+- ``worktree`` is absolute and is the top of a *linked* worktree (the primary checkout
+  and independent clones are refused);
+- the checked-out branch is ``branch``, HEAD is ``expected_head``, ``base_commit`` is an
+  ancestor of HEAD (or HEAD), and the SHA-256 of the exact ``git status --porcelain=v1
+  --untracked-files=all`` bytes is ``expected_status_sha256``;
+- ``branch`` is not one of the (non-empty) ``protected_branches``.
+
+It then refuses (``scope_conflict``) a lane that would share anything with a retained
+writer lease of the same repository (same git common dir): the same branch or worktree,
+an owned scope overlapping their owned or locked scopes, or a locked scope overlapping
+their owned scopes; and a worktree where a pane already runs. Only then is a
+``provisioning`` lease written with the evidence, the pane started in the worktree
+already tagged with the lease, and the lease made ``active``. A failed start leaves
+``failed_closed`` and no pane; a supervisor killed mid-start leaves the lease retained,
+blocking conflicting writers until ``lease_reconcile`` ends it.
+
+``release`` re-reads Git (HEAD and status digest must be the expected ones, else
+``git_precondition`` and the pane is untouched), then captures and closes the pane in
+one worker step at ``expected_seq``; the lease becomes ``released`` with the release
+HEAD, status digest and the caller's checkpoint. The worktree and branch are left as
+they are: nothing here writes to Git or to the worktree.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import msgspec
+
+from protocol.errors import ErrorCode, PanewardenError
+from supervisor.control.controllers import ControllerAuthority, Credentials
+from supervisor.control.fences import new_id
+from supervisor.control.pane_leases import PaneLeases
+from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease, WriterTerms
+from supervisor.control.stores import ControlStores
+from supervisor.lanes.closing import close_leased
+from supervisor.lanes.git import Git
+from supervisor.lanes.scopes import first_overlap, normalise_scopes
+from supervisor.panes.lifecycle import PaneLifecycle
+from supervisor.panes.pane import LeaseTag
+from supervisor.panes.registry import PaneRegistry
+
+# States from which a release may (again) be asked for.
+RELEASABLE = frozenset({"active", "release_failed"})
+
+
+@dataclass(frozen=True)
+class WriterRequest:
+    """What ``writer_start`` is asked to admit."""
+
+    name: str
+    profile: str
+    purpose: str
+    ticket_ref: str
+    authority_ref: str
+    authority_sha256: str
+    worktree: str
+    branch: str
+    base_commit: str
+    expected_head: str
+    expected_status_sha256: str
+    owned_scopes: list[str]
+    locked_scopes: list[str]
+    protected_branches: list[str]
+
+
+@dataclass(frozen=True)
+class ReleaseRequest:
+    """What ``writer_release`` is asked to check and record."""
+
+    lease_id: str
+    expected_seq: int
+    expected_head: str
+    expected_status_sha256: str
+    checkpoint_ref: str
+    checkpoint_sha256: str
+
+
+def _precondition(message: str) -> PanewardenError:
+    return PanewardenError(ErrorCode.GIT_PRECONDITION, message)
+
+
+def _conflict(message: str) -> PanewardenError:
+    return PanewardenError(ErrorCode.SCOPE_CONFLICT, message)
+
+
+def _real_directory(path: str) -> str:
+    real = os.path.realpath(path)
+    if not os.path.isdir(real):
+        raise _precondition(f"worktree {path} is not a directory")
+    return real
+
+
+def _inside(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+class WriterLanes:
+    """writer_start, writer_list, writer_release."""
+
+    def __init__(
+        self,
+        stores: ControlStores,
+        authority: ControllerAuthority,
+        leases: PaneLeases,
+        registry: PaneRegistry,
+        lifecycle: PaneLifecycle,
+        git: Git,
+    ) -> None:
+        self._stores = stores
+        self._authority = authority
+        self._leases = leases
+        self._registry = registry
+        self._lifecycle = lifecycle
+        self._git = git
+
+    def leases(self) -> list[PaneLease]:
+        """Every writer lease, oldest first."""
+        return self._leases.all("writer")
+
+    # ------------------------------------------------------------ start
+
+    async def start(self, identity: str, creds: Credentials, req: WriterRequest) -> PaneLease:
+        """Admit and start a writer lane; returns its active lease (see the module doc)."""
+        owned = normalise_scopes(req.owned_scopes)
+        locked = normalise_scopes(req.locked_scopes)
+        inner = first_overlap(owned, locked)
+        if inner is not None:
+            raise PanewardenError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"owned scope {inner[0]!r} overlaps this lane's own locked scope {inner[1]!r}",
+            )
+        if not os.path.isabs(req.worktree):
+            raise PanewardenError(ErrorCode.INVALID_ARGUMENT, "worktree must be an absolute path")
+        async with self._stores.locks.hold("controller", "writer"):
+            self._authority.check(identity, creds)
+            terms = await self._admit(req, owned, locked)
+            self._check_conflicts(terms, req.name)
+            # Again after reading Git: the lease must still be live for the write.
+            ctl = self._authority.check(identity, creds)
+            now = self._leases.now()
+            lease = PaneLease(
+                version=RECORD_VERSION,
+                lease_id=new_id("wrt"),
+                lease_type="writer",
+                controller_id=ctl.controller_id,
+                name=req.name,
+                state="provisioning",
+                created_at=now,
+                updated_at=now,
+                purpose=req.purpose,
+                profile=req.profile,
+                cwd=terms.worktree,
+                authority_ref=req.authority_ref,
+                authority_sha256=req.authority_sha256,
+                writer=terms,
+            )
+            # Written before the pane exists: a crash from here on leaves a retained
+            # lease that blocks every conflicting writer until it is reconciled.
+            self._stores.pane_leases["writer"].save(lease.lease_id, lease)
+            tag = LeaseTag(lease.lease_id, "writer", ctl.controller_id)
+
+            def spawned(instance: str) -> None:
+                nonlocal lease
+                lease = self._leases.save(lease, instance=instance)
+
+            try:
+                pane = await self._lifecycle.start_pane(
+                    req.name, req.profile, cwd=terms.worktree, lease=tag, on_spawn=spawned
+                )
+            except PanewardenError as exc:
+                self._leases.save(lease, state="failed_closed", failure=exc.code.value)
+                raise
+            except BaseException:
+                self._leases.save(lease, state="failed_closed", failure="cancelled")
+                raise
+            return self._leases.save(lease, state="active", instance=pane.handle.instance)
+
+    async def _admit(self, req: WriterRequest, owned: list[str], locked: list[str]) -> WriterTerms:
+        """Read Git and check the evidence; the terms to record."""
+        worktree = _real_directory(req.worktree)
+        layout = await self._git.layout(worktree)
+        if layout.toplevel != worktree:
+            raise _precondition(f"{req.worktree} is not the top of a worktree ({layout.toplevel})")
+        if not layout.linked:
+            raise _precondition(
+                f"{req.worktree} is a repository's primary checkout or an independent clone; "
+                "writers work only in linked worktrees (git worktree add)"
+            )
+        branch = await self._git.branch(worktree)
+        if branch is None:
+            raise _precondition(f"HEAD is detached in {req.worktree}; check out {req.branch!r}")
+        if branch != req.branch:
+            raise _precondition(f"{req.worktree} has {branch!r} checked out, not {req.branch!r}")
+        if branch in req.protected_branches:
+            raise _precondition(f"branch {branch!r} is protected; writers never work on it")
+        head = await self._git.head(worktree)
+        if head != req.expected_head:
+            raise _precondition(f"HEAD is {head}, not the expected {req.expected_head}")
+        if not await self._git.is_ancestor(worktree, req.base_commit, head):
+            raise _precondition(f"base commit {req.base_commit} is not an ancestor of HEAD")
+        status = await self._git.status(worktree)
+        if status.sha256 != req.expected_status_sha256:
+            raise _precondition(
+                "the SHA-256 of `git status --porcelain=v1 --untracked-files=all` is "
+                f"{status.sha256}, not the expected one"
+            )
+        return WriterTerms(
+            repository=layout.common_dir,
+            worktree=worktree,
+            branch=branch,
+            base_commit=req.base_commit,
+            head=head,
+            status_sha256=status.sha256,
+            owned_scopes=owned,
+            locked_scopes=locked,
+            protected_branches=list(req.protected_branches),
+            ticket_ref=req.ticket_ref,
+        )
+
+    def _check_conflicts(self, terms: WriterTerms, name: str) -> None:
+        for lease in self.leases():
+            other = lease.writer
+            if lease.state not in RETAINED_STATES or other is None:
+                continue
+            if other.repository != terms.repository:
+                continue
+            who = f"writer lease {lease.lease_id} ({lease.state})"
+            if other.branch == terms.branch:
+                raise _conflict(f"{who} already holds branch {terms.branch!r}")
+            if other.worktree == terms.worktree:
+                raise _conflict(f"{who} already holds worktree {terms.worktree}")
+            hit = first_overlap(terms.owned_scopes, [*other.owned_scopes, *other.locked_scopes])
+            if hit is not None:
+                raise _conflict(f"owned scope {hit[0]!r} overlaps {hit[1]!r} held by {who}")
+            hit = first_overlap(terms.locked_scopes, other.owned_scopes)
+            if hit is not None:
+                raise _conflict(f"locked scope {hit[0]!r} overlaps {hit[1]!r} owned by {who}")
+        for pane in self._registry.every_worker_pane():
+            if pane.status.lifecycle != "lost" and _inside(
+                os.path.realpath(pane.cwd), terms.worktree
+            ):
+                raise _conflict(f"pane {pane.name!r} already runs in {terms.worktree}")
+        if self._leases.retained_for(name) is not None:
+            raise PanewardenError(
+                ErrorCode.PANE_EXISTS, f"a retained lease already names pane {name!r}"
+            )
+
+    # ------------------------------------------------------------ release
+
+    async def release(self, identity: str, creds: Credentials, req: ReleaseRequest) -> PaneLease:
+        """Check Git, then capture and close the pane at ``expected_seq``; ``released``."""
+        async with self._stores.locks.hold("controller", "writer"):
+            ctl = self._authority.check(identity, creds)
+            lease = self._leases.get("writer", req.lease_id)
+            if lease.controller_id != ctl.controller_id:
+                raise PanewardenError(
+                    ErrorCode.LEASE_CONFLICT, f"writer lease {req.lease_id} is another controller's"
+                )
+            if lease.state not in RELEASABLE or lease.writer is None:
+                raise PanewardenError(
+                    ErrorCode.LEASE_STATE, f"writer lease {req.lease_id} is {lease.state}"
+                )
+            terms = lease.writer
+            head, status_sha256 = await self._evidence(terms)
+            if head != req.expected_head:
+                raise _precondition(f"HEAD is {head}, not the expected {req.expected_head}")
+            if status_sha256 != req.expected_status_sha256:
+                raise _precondition(
+                    f"the status digest is {status_sha256}, not the expected one; "
+                    "the worktree changed since you looked"
+                )
+            released_terms = msgspec.structs.replace(
+                terms, release_head=head, release_status_sha256=status_sha256
+            )
+            self._authority.check(identity, creds)  # still live after reading Git
+            try:
+                return await close_leased(
+                    self._leases,
+                    self._lifecycle,
+                    lease,
+                    req.expected_seq,
+                    "released",
+                    interim="releasing",
+                    checkpoint_ref=req.checkpoint_ref,
+                    checkpoint_sha256=req.checkpoint_sha256,
+                    writer=released_terms,
+                )
+            except PanewardenError as exc:
+                current = self._leases.get("writer", lease.lease_id)
+                if current.state == "releasing":
+                    # The pane went away under the close: the release did not finish.
+                    self._leases.save(current, state="release_failed", failure=exc.code.value)
+                raise
+
+    async def _evidence(self, terms: WriterTerms) -> tuple[str, str]:
+        """HEAD and status digest of a lane's worktree, on its branch, as they are now."""
+        layout = await self._git.layout(terms.worktree)
+        if layout.common_dir != terms.repository or layout.toplevel != terms.worktree:
+            raise _precondition(f"{terms.worktree} is no longer the lane's worktree")
+        branch = await self._git.branch(terms.worktree)
+        if branch != terms.branch:
+            raise _precondition(
+                f"{terms.worktree} has {branch!r} checked out, not {terms.branch!r}"
+            )
+        head = await self._git.head(terms.worktree)
+        status = await self._git.status(terms.worktree)
+        return head, status.sha256

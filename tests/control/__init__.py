@@ -1,0 +1,1 @@
+"""Tests of the coordination authority's pieces that run outside MCP: ``panewarden ctl``."""

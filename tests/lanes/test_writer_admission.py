@@ -1,0 +1,117 @@
+"""writer_start admits one writer per linked worktree on exact Git evidence and scopes
+nobody else holds; every refusal has its code and leaves no pane and no lease behind."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from tests.lanes.conftest import Lanes
+from tests.lanes.gitrepo import git
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+
+
+async def _panes(lanes: Lanes) -> list[str]:
+    return sorted(p["name"] for p in (await lanes.tools.call("list_panes"))["panes"])
+
+
+async def _leases(lanes: Lanes) -> list[tuple[str, str]]:
+    listed = (await lanes.tools.call("writer_list"))["leases"]
+    return [(lease["name"], lease["state"]) for lease in listed]
+
+
+async def test_conflicting_writers_are_refused_with_their_code_and_start_nothing(
+    lanes: Lanes,
+) -> None:
+    repo = lanes.repo
+    wt_a = repo.worktree("wt-a", "lane-a")
+    wt_b = repo.worktree("wt-b", "lane-b")
+    wt_c = repo.worktree("wt-c", "lane-c")
+    (wt_c / "src" / "c.py").write_text("C = 3\n")
+    git(wt_c, "add", "src/c.py")
+    git(wt_c, "commit", "-q", "-m", "c moves on")
+
+    first = await lanes.start("alpha", wt_a, "lane-a", ["src/a.py"], locked=["docs"])
+    assert first["state"] == "active"
+    assert first["owned_scopes"] == ["src/a.py"] and first["locked_scopes"] == ["docs"]
+    assert first["repository"] == str(repo.common_dir)
+    assert first["worktree"] == str(wt_a) and first["head"] == repo.base
+    baseline = (await _panes(lanes), await _leases(lanes))
+    assert baseline == (["alpha"], [("alpha", "active")])
+
+    refusals = {
+        # `src` contains the first writer's owned `src/a.py`.
+        "owned overlaps owned": await lanes.refused("b1", wt_b, "lane-b", ["src"]),
+        # `docs/guide.md` lies in the first writer's locked `docs`.
+        "owns a locked scope": await lanes.refused("b2", wt_b, "lane-b", ["docs/guide.md"]),
+        # Locking what the first writer owns.
+        "locks an owned scope": await lanes.refused(
+            "b3", wt_b, "lane-b", ["tests"], locked=["src/a.py/"]
+        ),
+        "protected branch": await lanes.refused(
+            "b4", wt_b, "lane-b", ["tests"], protected=["main", "lane-b"]
+        ),
+        "primary checkout": await lanes.refused(
+            "b5", repo.root, "main", ["tests"], protected=["x"]
+        ),
+        "stale HEAD": await lanes.refused("b6", wt_c, "lane-c", ["tests"], expected_head=repo.base),
+        "wrong status digest": await lanes.refused(
+            "b7",
+            wt_b,
+            "lane-b",
+            ["tests"],
+            expected_status_sha256=hashlib.sha256(b"?? stray\n").hexdigest(),
+        ),
+        "same worktree": await lanes.refused("b8", wt_a, "lane-a", ["tests"]),
+        "wrong branch": await lanes.refused("b9", wt_b, "lane-a", ["tests"]),
+        "base not an ancestor": await lanes.refused(
+            "b10", wt_b, "lane-b", ["tests"], base_commit=git(wt_c, "rev-parse", "HEAD")
+        ),
+        "a glob": await lanes.refused("b11", wt_b, "lane-b", ["src/*.py"]),
+        "a parent step": await lanes.refused("b12", wt_b, "lane-b", ["src/../docs"]),
+        "absolute scope": await lanes.refused("b13", wt_b, "lane-b", ["/src"]),
+        "a backslash": await lanes.refused("b14", wt_b, "lane-b", ["src\\a.py"]),
+        "not the worktree's top": await lanes.refused("b15", wt_b / "src", "lane-b", ["tests"]),
+    }
+    assert refusals == {
+        "owned overlaps owned": "scope_conflict",
+        "owns a locked scope": "scope_conflict",
+        "locks an owned scope": "scope_conflict",
+        "protected branch": "git_precondition",
+        "primary checkout": "git_precondition",
+        "stale HEAD": "git_precondition",
+        "wrong status digest": "git_precondition",
+        "same worktree": "scope_conflict",
+        "wrong branch": "git_precondition",
+        "base not an ancestor": "git_precondition",
+        "a glob": "invalid_argument",
+        "a parent step": "invalid_argument",
+        "absolute scope": "invalid_argument",
+        "a backslash": "invalid_argument",
+        "not the worktree's top": "git_precondition",
+    }
+    # Not one pane and not one lease came of them.
+    assert (await _panes(lanes), await _leases(lanes)) == baseline
+
+    # A sibling scope does not overlap: `src/ab.py` beside `src/a.py` is admitted.
+    second = await lanes.start("beta", wt_b, "lane-b", ["src/ab.py"], locked=["tests"])
+    assert second["state"] == "active"
+    assert await _leases(lanes) == [("alpha", "active"), ("beta", "active")]
+
+
+async def test_an_independent_clone_and_a_worktree_with_a_pane_are_refused(lanes: Lanes) -> None:
+    repo = lanes.repo
+    clone = repo.root.parent / "clone"
+    git(repo.root.parent, "clone", "-q", str(repo.root), str(clone))
+    git(clone, "checkout", "-q", "-b", "lane-x")
+    assert await lanes.refused("x1", clone, "lane-x", ["src"]) == "git_precondition"
+
+    wt = repo.worktree("wt-p", "lane-p")
+    pane = await lanes.tools.call(
+        "start_pane", name="squatter", profile="demo", cwd=str(wt / "src")
+    )
+    assert pane["pane"]["cwd"] == str(wt / "src")
+    assert await lanes.refused("x2", wt, "lane-p", ["src"]) == "scope_conflict"
+    assert await _panes(lanes) == ["squatter"] and await _leases(lanes) == []
