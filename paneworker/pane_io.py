@@ -18,10 +18,6 @@ if TYPE_CHECKING:
     from paneworker.program import Program
     from paneworker.screenstate import ScreenState
 
-# Reading pending output before a check is bounded, so a program that never stops
-# writing cannot hold the loop.
-DRAIN_MAX_READS = 16
-
 
 class PaneIO:
     """The pane as requests see it: its program, its screen and the reply channel."""
@@ -63,15 +59,8 @@ class PaneIO:
         prog.flush()
 
     def drain_output(self) -> None:
-        """Feed what the program already wrote, so checks see the newest screen."""
-        prog = self.program
-        for _ in range(DRAIN_MAX_READS):
-            if prog is None or prog.eof:
-                return
-            data = prog.read()
-            if not data:
-                return
-            self.screen.feed(data)
+        """Parse what the program already wrote, so checks see the newest screen."""
+        self.screen.catch_up()
 
     def cursor(self) -> int:
         """The pane's seq now: every status recorded from here on is after it."""

@@ -160,6 +160,7 @@ class RequestHandler:
 
     def _resize(self, msg: Resize) -> None:
         prog = self.io.running_program()
+        self.io.drain_output()  # what was written for the old size is drawn at that size
         self.w.screen.terminal.resize(msg.cols, msg.rows)
         prog.resize(msg.cols, msg.rows)
         self.io.ok(msg.rid)

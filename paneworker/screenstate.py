@@ -1,7 +1,21 @@
 """The pane's view of its program: emulator, status machine and output watches.
 
-Bytes from the PTY go through the terminal emulator; OSC 7501 reports update the
-status machine; output watches are matched against the visible screen.
+Drain, then parse. :meth:`ScreenState.drain` reads the PTY as fast as the program
+writes into the terminal's backlog (cheap: a scan for queries and reports, and a
+copy); the emulator catches up in batches when the loop is free
+(:meth:`ScreenState.parse_step`) and completely whenever something looks at the
+screen (:meth:`ScreenState.catch_up`: read_output, output watches, screen rules,
+dialog and prompt checks). A query or an OSC 7501 report in the backlog is parsed
+up to at once: queries are answered without delay, and a report updates the status
+machine exactly when the screen has been parsed up to it, never before. While it
+parses, the worker keeps reading the PTY between chunks, so a program printing a
+burst is not slowed by the emulator.
+
+The backlog is bounded (``boot.output_buffer_bytes``). At the bound, with
+``output_overflow = "throttle"`` (the default) the worker stops reading: the
+program blocks in its write, nothing is lost. With ``"drop"`` the oldest unparsed
+bytes are discarded, the screen converges from the newest output, and a warning
+log line says how many bytes were skipped (``Terminal.skipped_bytes`` counts them).
 Replies the terminal owes the program (query answers) are queued on the PTY.
 
 Where the program sends no OSC 7501 root record, the agent kind's screen rules
@@ -24,6 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from paneworker.emulator import EmulatorUnavailable
 from paneworker.osc7501 import StatusReport
 from paneworker.patterns import Pattern
 from paneworker.program import Program
@@ -36,6 +51,17 @@ from protocol.messages import OutputMatch, Status, ToSupervisor
 log = logging.getLogger(__name__)
 
 MAX_TEXT_BYTES = 900_000
+# One batch of parsing when the loop is otherwise free; then requests are looked at.
+PARSE_STEP_S = 0.02
+# Screen rules look only at a caught-up screen; past this backlog they wait their turn.
+RULES_MAX_BACKLOG = 256 * 1024
+# Reads per drain call: the PTY hands out about 4 KiB per read.
+DRAIN_MAX_READS = 256
+# During a long catch-up, how often the worker's keepalive (heartbeat) gets a chance.
+KEEPALIVE_EVERY_S = 0.25
+SKIP_LOG_EVERY_S = 1.0
+# The scrollback is compacted (ghostty compresses its pages) once output stopped this long.
+COMPACT_AFTER_QUIET_S = 1.0
 # Screen rules run at most this often: a spinner redraws many times a second and a
 # decision is only needed at human speed.
 RULES_INTERVAL_S = 0.1
@@ -101,20 +127,43 @@ class ScreenState:
         self._clock = clock
         self._rules = _RulesProgress()
         self.program: Program | None = None
-        self.terminal = Terminal(
-            boot.cols,
-            boot.rows,
-            reply=self._reply,
-            on_report=lambda _report: None,
-            # In stream order: two reports in one read are two status changes, not one.
-            on_root_change=self._apply_root,
-            history_lines=boot.history_lines,
-        )
+        self._limit = boot.output_buffer_bytes
+        self._drop = boot.output_overflow == "drop"
+        self.terminal = self._open_terminal(boot)
+        # Called now and then during a long catch-up (the worker sends heartbeats).
+        self.keepalive: Callable[[], None] | None = None
+        self._keepalive_at = 0.0
+        self._skip_logged_at = float("-inf")
+        self._skip_logged = 0
+        self._uncompacted = 0  # bytes received since the scrollback was last compacted
         self.watches: dict[int, Watch] = {}
         self._watched_generation = -1
         self.last_decision: Decision | None = None
         # When the program last wrote or the terminal last answered it (for settling).
         self.last_activity = float("-inf")
+
+    def _open_terminal(self, boot: BootRecord) -> Terminal:
+        def terminal(emulator: str) -> Terminal:
+            return Terminal(
+                boot.cols,
+                boot.rows,
+                reply=self._reply,
+                on_report=lambda _report: None,
+                # In stream order, right where each change is in the output: two reports
+                # in one read are two status changes, not one.
+                on_root_change=self._apply_root,
+                history_lines=boot.history_lines,
+                emulator=emulator,
+                clock=self._clock,
+            )
+
+        try:
+            return terminal(boot.emulator)
+        except EmulatorUnavailable as exc:
+            # The supervisor checks this at start; a worker that still cannot load it
+            # keeps the pane usable on the default backend rather than failing it.
+            log.error("%s; using pyte", exc, extra={"pane": self._pane})
+            return terminal("pyte")
 
     def attach(self, program: Program | None) -> None:
         """Connect the PTY that query answers are written to."""
@@ -125,11 +174,98 @@ class ScreenState:
         if self.program is not None and not self.program.eof:
             self.program.queue_input(data)
 
+    # ------------------------------------------------------------ output in
+
+    @property
+    def accepting_output(self) -> bool:
+        """False while the backlog is full and the program must wait (throttle mode)."""
+        return self._drop or self.terminal.pending < self._limit
+
+    def has_parse_work(self) -> bool:
+        """True when the loop should come back at once to parse more."""
+        terminal = self.terminal
+        return terminal.parse_limit() > terminal.parsed
+
+    def parse_deadline(self) -> float | None:
+        """When a held synchronized frame must be parsed anyway, or None."""
+        return self.terminal.hold_deadline()
+
     def feed(self, data: bytes) -> None:
-        """Feed program output; update status and watches."""
+        """Receive output and parse it now (tests and tools; the worker drains)."""
+        self.receive(data)
+        self.catch_up()
+
+    def receive(self, data: bytes) -> None:
+        """Take program output into the backlog (drop mode: trim it to the bound)."""
         self.last_activity = self._clock()
-        self.terminal.feed(data)
+        self._uncompacted += len(data)
+        terminal = self.terminal
+        terminal.receive(data)
+        if self._drop and terminal.pending > self._limit:
+            terminal.drop_oldest(self._limit // 2)
+            self._log_skipped()
+
+    def drain(self, max_reads: int = DRAIN_MAX_READS) -> None:
+        """Read what the PTY holds into the backlog (up to the bound in throttle mode)."""
+        prog = self.program
+        if prog is None:
+            return
+        for _ in range(max_reads):
+            if prog.eof or not self.accepting_output:
+                return
+            data = prog.read()
+            if not data:
+                return
+            self.receive(data)
+
+    def drain_to_end(self) -> None:
+        """Read everything left on the PTY of a program that exited (no bound)."""
+        prog = self.program
+        while prog is not None and not prog.eof and (data := prog.read()):
+            self.receive(data)
+
+    def _between_chunks(self) -> None:
+        self.drain()
+        if self.keepalive is not None:
+            now = self._clock()
+            if now >= self._keepalive_at:
+                self._keepalive_at = now + KEEPALIVE_EVERY_S
+                self.keepalive()
+
+    def catch_up(self) -> None:
+        """Parse everything received so far (the PTY is read meanwhile, not parsed).
+
+        What the screen is looked at through calls this first.
+        """
+        self.drain()
+        self.terminal.catch_up(between=self._between_chunks)
+        self._after_parse()
+
+    def parse_step(self) -> None:
+        """Parse for a bounded time (a query or report waiting is always reached)."""
+        terminal = self.terminal
+        if terminal.pending == 0:
+            return
+        terminal.catch_up(between=self._between_chunks, deadline=self._clock() + PARSE_STEP_S)
+        self._after_parse()
+
+    def _after_parse(self) -> None:
         self._check_watches()
+
+    def _log_skipped(self) -> None:
+        skipped = self.terminal.skipped_bytes
+        now = self._clock()
+        if now - self._skip_logged_at < SKIP_LOG_EVERY_S:
+            return
+        log.warning(
+            "output overflow: skipped %d bytes of unparsed output (%d in total); "
+            "the screen shows the newest output",
+            skipped - self._skip_logged,
+            skipped,
+            extra={"pane": self._pane},
+        )
+        self._skip_logged_at = now
+        self._skip_logged = skipped
 
     def _apply_root(self, root: StatusReport | None) -> None:
         if self.status.lifecycle != "running":
@@ -148,11 +284,19 @@ class ScreenState:
             self._send(Status(status=self.status.snapshot()))
 
     def after_step(self) -> None:
-        """Run once per loop step: let the screen rules decide when OSC 7501 does not."""
+        """Run once per loop step: parse a batch, then the screen rules (if no OSC 7501)."""
+        self.parse_step()
+        if (
+            self._uncompacted
+            and self.terminal.pending == 0
+            and self._clock() - self.last_activity >= COMPACT_AFTER_QUIET_S
+        ):
+            self._uncompacted = 0
+            self.terminal.compact()
         if not self.rules.rules or self.status.lifecycle != "running":
             return
         progress = self._rules
-        if self.terminal.records.root is not None:
+        if self._program_reports():
             # The program reports its own state. Forget the screen's view, so that
             # when the record goes away the screen is read afresh.
             progress.reset()
@@ -163,6 +307,12 @@ class ScreenState:
             return
         if now < progress.due:
             return
+        if self.terminal.pending > RULES_MAX_BACKLOG:
+            return  # busy: the parse steps get there first, the rules look afterwards
+        self.catch_up()
+        if self._program_reports():
+            return  # a report came with the newest output: it decides
+        generation = self._looked_at()
         progress.due = now + RULES_INTERVAL_S
         if generation != progress.generation:
             progress.changed_at = now
@@ -182,6 +332,10 @@ class ScreenState:
         progress.applied = key
         if self.status.apply(decision.state, decision.kind, decision.source):
             self._send(Status(status=self.status.snapshot()))
+
+    def _program_reports(self) -> bool:
+        """True while the program's own OSC 7501 root record decides the state."""
+        return self.terminal.records.root is not None
 
     def _startup_idle_unsettled(self, state: str, now: float) -> bool:
         """An idle before the first input that has not been quiet for ``startup_quiet_s``."""
@@ -206,7 +360,11 @@ class ScreenState:
     # ------------------------------------------------------------ text
 
     def text(self, lines: int | None, scrollback: bool) -> str:
-        """Screen text (optionally with scrollback), last ``lines`` lines, bounded."""
+        """Screen text (optionally with scrollback), last ``lines`` lines, bounded.
+
+        Everything received before the call is parsed first.
+        """
+        self.catch_up()
         rows = self.terminal.display_lines()
         if scrollback:
             rows = self.terminal.history_lines() + rows
@@ -228,6 +386,7 @@ class ScreenState:
         """Register a watch and match it against the current screen at once."""
         self.watches[watch.watch_id] = watch
         self._watched_generation = -1
+        self.catch_up()
         self._check_watches()
 
     def _check_watches(self) -> None:

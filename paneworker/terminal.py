@@ -1,55 +1,49 @@
 """The pane's terminal: what a program on the PTY sees, and what the worker reads back.
 
-:class:`Terminal` is the narrow API the worker uses. Behind it, three parts:
+:class:`Terminal` puts together, for one pane:
 
-- :mod:`paneworker.terminal_parser` tokenises the byte stream (UTF-8 and sequences
-  split across feeds, DCS/APC/PM/SOS parsed and dropped, nothing printed from a
-  sequence's parameters);
-- :mod:`paneworker.terminal_dispatch` gives each token its meaning: screen updates,
-  query answers through ``reply`` (DA1/DA2, CPR, XTVERSION, colours, DECRQM,
-  XTWINOPS, XTGETTCAP; the kitty keyboard query is deliberately left unanswered),
-  and OSC 7501;
-- :mod:`paneworker.terminal_screen` is the pyte screen with an alternate buffer,
-  bounded scrollback and the fixes real CLIs need.
+- a screen model, pyte or ghostty (:mod:`paneworker.emulator`), that only draws;
+- a :class:`~paneworker.emulator.backlog.Backlog` of bytes read but not parsed yet;
+- a :class:`~paneworker.emulator.scanner.SequenceScanner` that finds queries, OSC
+  7501 reports and the other sequences acted on, as the bytes arrive;
+- :class:`~paneworker.emulator.answers.Answers`, which answers and records them.
 
-Status records: the terminal keeps :attr:`Terminal.records` itself: it applies
-every valid OSC 7501 report, clears all records on RIS (``ESC c``) and drops
-working/blocked ones on OSC 133 ``A``. ``on_report`` is a notification of each
-valid report in stream order; the optional ``on_root_change`` is called, also in
-stream order, whenever the root record changes for any of those reasons. Process
-exit is the worker's to signal, with ``records.drop_transient()``.
+Bytes go in with :meth:`receive` (cheap: scan and store) and are parsed by
+:meth:`catch_up` / :meth:`parse_for`. Parsing stops at each found sequence, so a
+query is answered and a report applied exactly when the screen has been parsed
+up to it: a cursor report gives the cursor the program meant, and a status is
+never published ahead of the screen that goes with it. :meth:`feed` does both at
+once (tests, tools).
 
-``feed`` never raises: an error while handling one sequence is logged and confined
-to that sequence.
+Synchronized output (``?2026h`` ... ``?2026l``): :meth:`catch_up` does not parse
+into a frame whose end has not arrived yet, so a reader never sees a half-drawn
+frame, unless the frame stays open longer than ``SYNC_HOLD_S``, grows past
+``SYNC_HOLD_BYTES``, or holds a query or report, which are handled at once.
+
+Status records: :attr:`records` holds every valid OSC 7501 report; ``on_report``
+hears each, ``on_root_change`` every change of the root record, in stream order.
+Process exit is the worker's to signal, with ``records.drop_transient()``.
 """
 
 from __future__ import annotations
 
-import logging
+import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from paneworker.emulator import DEFAULT_EMULATOR, open_model
+from paneworker.emulator.answers import Answers
+from paneworker.emulator.backlog import Backlog
+from paneworker.emulator.base import Cell
+from paneworker.emulator.scanner import SYNC_OFF, SYNC_ON, Found, SequenceScanner
 from paneworker.osc7501 import StatusRecords, StatusReport
-from paneworker.terminal_dispatch import Dispatcher
-from paneworker.terminal_parser import SequenceParser
-from paneworker.terminal_screen import PaneScreen
 
-_LOG = logging.getLogger(__name__)
+__all__ = ["Cell", "Terminal"]
 
-
-@dataclass(frozen=True)
-class Cell:
-    """One screen cell with the attributes a dialog recogniser compares.
-
-    Colours are pyte's values: ``"default"``, a colour name such as ``"red"`` or
-    ``"brightgreen"``, or six hex digits for 256-colour and true-colour SGR.
-    """
-
-    char: str
-    fg: str
-    bg: str
-    reverse: bool
-    bold: bool
+SYNC_HOLD_S = 1.0
+SYNC_HOLD_BYTES = 1 << 20
+# What a backend is fed after output was dropped: CAN ends any sequence left open.
+_CANCEL = b"\x18"
 
 
 class Terminal:
@@ -64,107 +58,228 @@ class Terminal:
         on_report: Callable[[StatusReport], None],
         history_lines: int = 5000,
         on_root_change: Callable[[StatusReport | None], None] | None = None,
+        emulator: str = DEFAULT_EMULATOR,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Raises: ValueError if a size is below 1 or ``history_lines`` is negative."""
+        """Raises: ValueError for a size below 1 or negative ``history_lines``;
+        EmulatorUnavailable if ``emulator`` cannot run here."""
         if cols < 1 or rows < 1:
             raise ValueError("cols and rows must be at least 1")
         if history_lines < 0:
             raise ValueError("history_lines must not be negative")
-        self._screen = PaneScreen(cols, rows, history_lines)
-        self._screen.dirty.clear()
-        self._dispatch = Dispatcher(
-            self._screen, reply=reply, on_report=on_report, on_root_change=on_root_change
+        self.emulator = emulator
+        self._model = open_model(emulator, cols, rows, history_lines)
+        self._answers = Answers(
+            self._model, reply=reply, on_report=on_report, on_root_change=on_root_change
         )
-        self._parser = SequenceParser(self._dispatch)
-        self._generation = 0
+        self._scanner = SequenceScanner()
+        self._backlog = Backlog()
+        self._found: deque[Found] = deque()
+        self._clock = clock
+        # The last ?2026h not yet closed, beyond what was parsed: (offset, when seen).
+        self._sync_open: tuple[int, float] | None = None
+        self.skipped_bytes = 0
+
+    # -- what the worker reads ------------------------------------------------------
 
     @property
     def records(self) -> StatusRecords:
         """The OSC 7501 records this terminal holds (root = the pane's own state)."""
-        return self._dispatch.records
+        return self._answers.records
 
     @property
     def title(self) -> str:
         """The window title the program last set (OSC 0 or 2), printable characters only."""
-        return self._dispatch.title
+        return self._answers.title
 
     @property
     def cols(self) -> int:
-        return self._screen.columns
+        return self._model.cols
 
     @property
     def rows(self) -> int:
-        return self._screen.lines
+        return self._model.rows
 
     @property
     def cursor(self) -> tuple[int, int]:
         """(row, col), 0-based; a pending wrap reports the last column."""
-        c = self._screen.cursor
-        return c.y, min(c.x, self._screen.columns - 1)
+        return self._model.cursor
 
     @property
     def bracketed_paste(self) -> bool:
-        return 2004 in self._dispatch.dec_modes
+        return self._model.dec_mode(2004)
 
     @property
     def application_cursor_keys(self) -> bool:
         """DECCKM (``?1``): arrow keys should be sent as ``ESC O A`` rather than ``ESC [ A``."""
-        return 1 in self._dispatch.dec_modes
+        return self._model.dec_mode(1)
 
     @property
     def alternate_active(self) -> bool:
-        return self._screen.alternate_active
+        return self._model.alternate_active
 
     @property
     def text_generation(self) -> int:
         """Increases whenever visible text may have changed."""
-        return self._generation
-
-    def feed(self, data: bytes) -> None:
-        """Consume program output; never raises, never drops bytes after a bad sequence."""
-        try:
-            self._parser.feed(data)
-        except Exception:  # last-resort boundary: the dispatcher already contains errors
-            _LOG.exception("terminal: parser failure; chunk tail lost")
-        self._settle()
-
-    def resize(self, cols: int, rows: int) -> None:
-        """Raises: ValueError if a size is below 1."""
-        if cols < 1 or rows < 1:
-            raise ValueError("cols and rows must be at least 1")
-        self._screen.resize(rows, cols)
-        self._settle()
+        return self._model.generation
 
     def display_lines(self) -> list[str]:
         """The visible rows (alternate screen when active), right-stripped."""
-        buffer, columns = self._screen.buffer, self._screen.columns
-        out: list[str] = []
-        for y in range(self._screen.lines):
-            line = buffer.get(y)
-            out.append("".join([line[x].data for x in range(columns)]).rstrip() if line else "")
-        return out
+        return self._model.display_lines()
 
     def history_lines(self) -> list[str]:
         """Main-screen scrollback, oldest first, right-stripped."""
-        out: list[str] = []
-        for line in self._screen.history:
-            width = max(line) + 1 if line else 0
-            out.append("".join([line[x].data for x in range(width)]).rstrip())
-        return out
+        return self._model.history_lines()
 
     def cells(self, row: int) -> list[Cell]:
         """Styled cells of a visible row; a wide character's second cell has ``char == ""``.
 
         Raises: IndexError if ``row`` is not a visible row.
         """
-        if not 0 <= row < self._screen.lines:
+        if not 0 <= row < self._model.rows:
             raise IndexError(row)
-        columns = self._screen.columns
-        line = self._screen.buffer.get(row)
-        chars = [line[x] for x in range(columns)] if line else [self._screen.default_char] * columns
-        return [Cell(c.data, c.fg, c.bg, c.reverse, c.bold) for c in chars]
+        return self._model.cells(row)
 
-    def _settle(self) -> None:
-        if self._screen.dirty:
-            self._screen.dirty.clear()
-            self._generation += 1
+    def resize(self, cols: int, rows: int) -> None:
+        """Raises: ValueError if a size is below 1."""
+        if cols < 1 or rows < 1:
+            raise ValueError("cols and rows must be at least 1")
+        self._model.resize(cols, rows)
+
+    # -- bytes in -----------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """Bytes received and not parsed yet."""
+        return len(self._backlog)
+
+    @property
+    def received(self) -> int:
+        """Bytes received since the start (an offset for :meth:`catch_up`)."""
+        return self._backlog.received
+
+    @property
+    def parsed(self) -> int:
+        """Bytes parsed (or dropped) since the start."""
+        return self._backlog.consumed
+
+    @property
+    def backlog_mapped_bytes(self) -> int:
+        return self._backlog.mapped_bytes
+
+    def feed(self, data: bytes) -> None:
+        """Receive and parse ``data`` now (no synchronized-output hold)."""
+        self.receive(data)
+        self.catch_up(hold=False)
+
+    def receive(self, data: bytes) -> None:
+        """Store program output for parsing and find the sequences acted on in it."""
+        if not data:
+            return
+        found = self._scanner.scan(data, self._backlog.received)
+        self._backlog.append(data)
+        for item in found:
+            if item.kind == SYNC_ON:
+                if self._sync_open is None:
+                    self._sync_open = (item.start, self._clock())
+            elif item.kind == SYNC_OFF:
+                self._sync_open = None
+            else:
+                self._found.append(item)
+                if self._sync_open is not None:
+                    self._sync_open = None  # handled at once, so the frame cannot wait
+
+    def needs_parse_now(self) -> bool:
+        """True when a query or report waits in the backlog: answer it without delay."""
+        return bool(self._found)
+
+    def parse_limit(self) -> int:
+        """How far :meth:`catch_up` may parse now (the start of an open frame, or all)."""
+        received = self._backlog.received
+        opened = self._sync_open
+        if opened is None:
+            return received
+        offset, since = opened
+        if (
+            self._clock() - since > SYNC_HOLD_S
+            or received - offset > SYNC_HOLD_BYTES
+            or offset < self._backlog.consumed
+        ):
+            return received
+        return offset
+
+    def hold_deadline(self) -> float | None:
+        """When a held frame is parsed anyway (for the worker's poll timeout), or None."""
+        if self._sync_open is None or self.parse_limit() == self._backlog.received:
+            return None
+        return self._sync_open[1] + SYNC_HOLD_S
+
+    def catch_up(
+        self,
+        upto: int | None = None,
+        *,
+        hold: bool = True,
+        between: Callable[[], None] | None = None,
+        deadline: float | None = None,
+    ) -> bool:
+        """Parse what was received up to offset ``upto`` (default: everything so far).
+
+        ``hold`` keeps an open synchronized frame unparsed; ``between`` runs between
+        chunks (the worker reads the PTY there); ``deadline`` (clock time) stops
+        early. Returns True when the target was reached.
+        """
+        target = self._backlog.received if upto is None else upto
+        if hold:
+            target = min(target, self.parse_limit())
+        backlog = self._backlog
+        model = self._model
+        chunk = model.parse_chunk
+        found = self._found
+        while backlog.consumed < target:
+            stop = target
+            if found and found[0].end <= stop:
+                stop = found[0].end
+            while backlog.consumed < stop:
+                model.feed(backlog.take(min(chunk, stop - backlog.consumed)))
+                if between is not None:
+                    between()
+                if deadline is not None and self._clock() >= deadline and not found:
+                    return backlog.consumed >= target
+            while found and found[0].end <= backlog.consumed:
+                self._answers.handle(found.popleft())
+        return True
+
+    def drop_oldest(self, keep: int) -> int:
+        """Discard unparsed bytes so at most about ``keep`` remain; returns bytes dropped.
+
+        Sequences found in the dropped bytes are still acted on, in order (reports
+        recorded, queries answered with the screen as it is). The cut moves to the
+        start of a line where one is near, so the screen converges from whole lines.
+        """
+        backlog = self._backlog
+        excess = len(backlog) - keep
+        if excess <= 0:
+            return 0
+        cut = backlog.consumed + excess
+        newline = backlog.find(b"\n", cut, min(cut + 4096, backlog.received))
+        if newline >= 0:
+            cut = newline + 1
+        found = self._found
+        while found and found[0].start < cut:
+            cut = max(cut, found[0].end)
+            self._answers.handle(found.popleft())
+        if self._sync_open is not None and self._sync_open[0] < cut:
+            self._sync_open = None
+        dropped = cut - backlog.consumed
+        backlog.skip(dropped)
+        self._model.feed(_CANCEL)
+        self.skipped_bytes += dropped
+        return dropped
+
+    def compact(self) -> None:
+        """Shrink what the scrollback costs (call when the pane is quiet)."""
+        self._model.compact()
+
+    def close(self) -> None:
+        """Release the backlog's memory."""
+        self._backlog.close()

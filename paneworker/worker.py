@@ -65,6 +65,7 @@ class PaneWorker:
         except OSError as exc:
             self.spawn_error = f"{type(exc).__name__}: {exc.strerror or exc}"
         self.screen.attach(self.program)
+        self.screen.keepalive = self._keepalive
         if self.program is not None:
             self.reaper.note_spawned(self.program.pid)
             self.screen.status.set_lifecycle("running")
@@ -144,17 +145,20 @@ class PaneWorker:
         prog = self.program
         if prog is None or (prog.eof and not prog.wants_write):
             return 0
-        mask = 0 if prog.eof else zmq.POLLIN
+        # A full backlog stops reading: the program waits in its write (throttle).
+        mask = 0 if prog.eof or not self.screen.accepting_output else zmq.POLLIN
         if prog.wants_write:
             mask |= zmq.POLLOUT
         return mask
 
     def _poll_timeout_ms(self) -> int:
+        if self.screen.has_parse_work():
+            return 0  # output waits to be parsed: look at the sockets, then parse on
         now = time.monotonic()
         nxt = min(self.timers.heartbeat_at, self.timers.scan_at, self.requests.next_deadline())
-        rules_due = self.screen.rules_deadline()
-        if rules_due is not None:
-            nxt = min(nxt, rules_due)
+        for due in (self.screen.rules_deadline(), self.screen.parse_deadline()):
+            if due is not None:
+                nxt = min(nxt, due)
         return max(0, min(1000, int((nxt - now) * 1000) + 1))
 
     def _service_pty(self, mask: int) -> None:
@@ -163,9 +167,7 @@ class PaneWorker:
         if mask & zmq.POLLOUT:
             prog.flush()
         if mask & (zmq.POLLIN | zmq.POLLERR):
-            data = prog.read()
-            if data:
-                self.screen.feed(data)
+            self.screen.drain()
 
     def _run_timers(self) -> None:
         now = time.monotonic()
@@ -178,6 +180,13 @@ class PaneWorker:
             t.heartbeat_at = now + self.boot.heartbeat_s
             self._heartbeat(now)
         self.requests.run_due(now)
+
+    def _keepalive(self) -> None:
+        """During a long catch-up: keep heartbeats going out (incoming ones wait)."""
+        now = time.monotonic()
+        if now >= self.timers.heartbeat_at:
+            self.timers.heartbeat_at = now + self.boot.heartbeat_s
+            self.link.send(Heartbeat(sent_at=time.time()))
 
     def _send_descendants(self) -> None:
         self.link.send(
@@ -221,8 +230,8 @@ class PaneWorker:
             return
         prog.mark_reaped()
         # Whatever the program printed last is still in the PTY buffer.
-        while not prog.eof and (data := prog.read()):
-            self.screen.feed(data)
+        self.screen.drain_to_end()
+        self.screen.catch_up()
         exit_code = os.waitstatus_to_exitcode(wait_status)
         result = self.reaper.kill_tree(prog.pid, grace_s=self.boot.kill_grace_s)
         for other_pid, other_status in result.reaped:

@@ -32,7 +32,19 @@ class BootRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     history_lines: int = 5000
     # Operator overrides of the screen rules: ``<dir>/<agent>.json`` (None: bundled only).
     rules_dir: str | None = None
+    # Terminal emulator backend: "pyte" or "ghostty" (needs the pyghostty package).
+    emulator: str = "pyte"
+    # Program output read but not parsed yet is held up to this many bytes; then the
+    # program is throttled ("throttle": reading stops, nothing is lost) or the oldest
+    # unparsed bytes are dropped ("drop": the screen converges from the newest).
+    output_buffer_bytes: int = 32 * 1024 * 1024
+    output_overflow: str = "throttle"
 
+
+EMULATORS = ("pyte", "ghostty")
+OVERFLOW_POLICIES = ("throttle", "drop")
+MIN_OUTPUT_BUFFER_BYTES = 64 * 1024
+MAX_OUTPUT_BUFFER_BYTES = 1024 * 1024 * 1024
 
 MAX_BOOT_BYTES = 256 * 1024
 

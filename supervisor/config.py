@@ -6,15 +6,22 @@ Everything else receives a validated ``ServiceConfig``; no other module looks at
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from protocol.boot import EMULATORS, OVERFLOW_POLICIES
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.timing import DEFAULT_HEARTBEAT_LOSS_S, DEFAULT_ORPHAN_GRACE_S
 
 DEFAULT_WATCHDOG_PERIOD_S = 5.0
+DEFAULT_EMULATOR = "pyte"
+DEFAULT_OUTPUT_BUFFER_MB = 32
+OUTPUT_BUFFER_MB_MIN, OUTPUT_BUFFER_MB_MAX = 1, 1024
+# The Python package each optional emulator backend needs.
+_EMULATOR_PACKAGES = {"ghostty": "pyghostty"}
 DEFAULT_STORE_LOCK_WAIT_S = 5.0
 DEFAULT_LEASE_TTL_MIN_S = 60
 
@@ -38,6 +45,12 @@ class ServiceConfig:
     watchdog_period_s: float = DEFAULT_WATCHDOG_PERIOD_S
     # Tuning knob (PANEWARDEN_HEARTBEAT_LOSS_S): a worker silent this long is hung: killed.
     heartbeat_loss_s: float = DEFAULT_HEARTBEAT_LOSS_S
+    # PANEWARDEN_EMULATOR: the panes' terminal emulator unless a profile names one.
+    emulator: str = DEFAULT_EMULATOR
+    # PANEWARDEN_OUTPUT_BUFFER_MB / PANEWARDEN_OUTPUT_OVERFLOW: each pane's bound on output
+    # read but not yet parsed, and what happens at the bound.
+    output_buffer_bytes: int = DEFAULT_OUTPUT_BUFFER_MB * 1024 * 1024
+    output_overflow: str = "throttle"
     # How long a coordination call waits for a busy store lock (PANEWARDEN_STORE_LOCK_WAIT_S).
     store_lock_wait_s: float = DEFAULT_STORE_LOCK_WAIT_S
     # Testing knob (PANEWARDEN_LEASE_TTL_MIN_S): the shortest controller lease ttl_s.
@@ -60,6 +73,59 @@ def _bounded_float_env(
             ErrorCode.CONFIG_INVALID, f"{name} must be a number of seconds in [{low}, {high}]"
         )
     return value
+
+
+def check_emulator(kind: str, where: str) -> None:
+    """Refuse an unknown emulator, or one whose optional package is not installed.
+
+    Raises:
+        PanewardenError: ``config_invalid``; the message starts with ``where``.
+    """
+    if kind not in EMULATORS:
+        raise PanewardenError(
+            ErrorCode.CONFIG_INVALID, f"{where} must be one of {', '.join(EMULATORS)}"
+        )
+    package = _EMULATOR_PACKAGES.get(kind)
+    if package is not None and not _installed(package):
+        raise PanewardenError(
+            ErrorCode.CONFIG_INVALID,
+            f"{where}: the {kind!r} emulator needs the {package} package, which is not "
+            f"installed (pip install 'panewarden[{kind}]')",
+        )
+
+
+def _installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # ValueError: import blocked (sys.modules entry None)
+        return False
+
+
+def _emulator_env(environ: Mapping[str, str]) -> str:
+    kind = environ.get("PANEWARDEN_EMULATOR") or DEFAULT_EMULATOR
+    check_emulator(kind, "PANEWARDEN_EMULATOR")
+    return kind
+
+
+def _output_buffer_env(environ: Mapping[str, str]) -> int:
+    raw = environ.get("PANEWARDEN_OUTPUT_BUFFER_MB") or str(DEFAULT_OUTPUT_BUFFER_MB)
+    if not raw.isdigit() or not OUTPUT_BUFFER_MB_MIN <= int(raw) <= OUTPUT_BUFFER_MB_MAX:
+        raise PanewardenError(
+            ErrorCode.CONFIG_INVALID,
+            "PANEWARDEN_OUTPUT_BUFFER_MB must be a whole number of MiB in "
+            f"[{OUTPUT_BUFFER_MB_MIN}, {OUTPUT_BUFFER_MB_MAX}]",
+        )
+    return int(raw) * 1024 * 1024
+
+
+def _overflow_env(environ: Mapping[str, str]) -> str:
+    policy = environ.get("PANEWARDEN_OUTPUT_OVERFLOW") or "throttle"
+    if policy not in OVERFLOW_POLICIES:
+        raise PanewardenError(
+            ErrorCode.CONFIG_INVALID,
+            f"PANEWARDEN_OUTPUT_OVERFLOW must be one of {', '.join(OVERFLOW_POLICIES)}",
+        )
+    return policy
 
 
 def _bounded_int_env(
@@ -113,4 +179,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> ServiceConfig:
         watchdog_period_s=_bounded_float_env(
             env, "PANEWARDEN_WATCHDOG_PERIOD_S", DEFAULT_WATCHDOG_PERIOD_S, 0.05, 3600.0
         ),
+        emulator=_emulator_env(env),
+        output_buffer_bytes=_output_buffer_env(env),
+        output_overflow=_overflow_env(env),
     )

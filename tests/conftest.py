@@ -33,9 +33,14 @@ def state_dir(tmp_path: Path) -> Path:
     return path
 
 
+# Passed on from the test run to every service under test: the suite (or a directory of
+# it) runs on the emulator backend this names.
+PASSED_ON = ("PANEWARDEN_EMULATOR",)
+
+
 def service_env(state_dir: Path, **extra: str) -> dict[str, str]:
     """Environment for a supervisor under test."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PANEWARDEN_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PANEWARDEN_") or k in PASSED_ON}
     env["PANEWARDEN_STATE_DIR"] = str(state_dir)
     env["PANEWARDEN_LOG_LEVEL"] = "WARNING"
     env.update(extra)

@@ -113,6 +113,9 @@ class PaneLifecycle:
                     "rows": spec.rows,
                     "orphan_grace_s": self._config.orphan_grace_s,
                     "rules_dir": self._rules_dir(),
+                    "emulator": spec.emulator or self._config.emulator,
+                    "output_buffer_bytes": self._config.output_buffer_bytes,
+                    "output_overflow": self._config.output_overflow,
                 },
                 dict(self._config.environ),
             )

@@ -46,6 +46,8 @@ class LaunchSpec:
     rows: int
     permission_mode: str
     watchdog: WatchdogConfig | None
+    # The profile's emulator; None: the service's default.
+    emulator: str | None = None
 
 
 def _account() -> tuple[str, str]:

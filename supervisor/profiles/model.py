@@ -22,6 +22,7 @@ from msgspec import Meta, Struct
 
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.names import is_valid_name
+from supervisor.config import check_emulator
 from supervisor.profiles.approval import PIN_MISSING, needs_pin, pins_approval_mode, refused_flag
 
 AgentKind = Literal[
@@ -29,6 +30,7 @@ AgentKind = Literal[
 ]
 PermissionMode = Literal["normal", "accept-edits", "bypass"]
 EnvScheme = Literal["literal", "env", "file", "keychain"]
+EmulatorKind = Literal["pyte", "ghostty"]
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -100,6 +102,8 @@ class ProfileEntry(Struct, forbid_unknown_fields=True, frozen=True):
     rows: Annotated[int, Meta(ge=ROWS_MIN, le=ROWS_MAX)] = 40
     watchdog: WatchdogEntry | None = None
     colorterm: bool = False
+    # The pane's terminal emulator; None: the service's (PANEWARDEN_EMULATOR).
+    emulator: EmulatorKind | None = None
 
 
 class ProfilesDocument(Struct, forbid_unknown_fields=True, frozen=True):
@@ -150,6 +154,7 @@ class Profile:
     rows: int = 40
     watchdog: WatchdogConfig | None = None
     colorterm: bool = False
+    emulator: str | None = None
 
 
 @dataclass(frozen=True)
@@ -321,6 +326,8 @@ def build_profile(where: str, entry: ProfileEntry) -> Profile:
     watchdog = None
     if entry.watchdog is not None:
         watchdog = _build_watchdog(f"{where}.watchdog", entry.watchdog)
+    if entry.emulator is not None:
+        check_emulator(entry.emulator, f"{where}.emulator")
     return Profile(
         name=entry.name,
         agent=entry.agent,
@@ -333,6 +340,7 @@ def build_profile(where: str, entry: ProfileEntry) -> Profile:
         rows=entry.rows,
         watchdog=watchdog,
         colorterm=entry.colorterm,
+        emulator=entry.emulator,
     )
 
 

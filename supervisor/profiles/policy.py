@@ -161,6 +161,7 @@ class ProfileSet:
             # A nudge is typed into the program; a caller-chosen program (a shell, say)
             # could execute it, so only the profile's own program is nudged.
             watchdog=None if arbitrary else profile.watchdog,
+            emulator=profile.emulator,
         )
 
     def _caller_argv(

@@ -11,12 +11,15 @@ after the reply, a marker is typed and the log must hold the marker and nothing 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
 import os
 import select
 import signal
+import struct
 import sys
+import termios
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +37,7 @@ from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
 from protocol.errors import PanewardenError
 from protocol.messages import AnswerDialog, Failed, Ok, ToSupervisor, WriteInput
+from tests.paneworker.emulators import EMULATOR
 
 CAPTURED = Path(__file__).resolve().parent.parent / "captured"
 SCREENS = Path(__file__).resolve().parent / "screens"
@@ -44,7 +48,7 @@ HOME = "\x1b[H\x1b[2J"
 
 
 def terminal_with(data: str | bytes, cols: int = 100, rows: int = 30) -> Terminal:
-    term = Terminal(cols, rows, reply=lambda _d: None, on_report=lambda _r: None)
+    term = Terminal(cols, rows, reply=lambda _d: None, on_report=lambda _r: None, emulator=EMULATOR)
     term.feed(data.encode() if isinstance(data, str) else data)
     return term
 
@@ -1257,6 +1261,11 @@ def test_prompts_sent_at_once_are_typed_one_after_the_other(
     assert pane.typed() == b"first\rsecond\r"
 
 
+def _pending_bytes(fd: int) -> int:
+    """Bytes the PTY holds for the reader (FIONREAD)."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
 def test_enter_is_not_pressed_into_a_dialog_reported_after_the_text(
     scripted: Callable[..., ScriptedPane],
 ) -> None:
@@ -1267,9 +1276,13 @@ def test_enter_is_not_pressed_into_a_dialog_reported_after_the_text(
     pane.clock.freeze()
     pane.requests.handle(WriteInput(rid=41, text="go!"))
     assert pane.program is not None
-    # Wait (bounded) until the program wrote its report, without reading it.
-    ready, _, _ = select.select([pane.program.fd], [], [], 5)
-    assert ready
+    # Wait (bounded) until the program wrote its whole report, without reading it:
+    # the PTY says how many bytes it holds (readable alone was only the first echo).
+    written = len(b"go!" + b"\r\nAllow it?\x1b]7501;state=blocked:kind=permission\x1b\\")
+    deadline = time.monotonic() + 5
+    while _pending_bytes(pane.program.fd) < written:
+        assert time.monotonic() < deadline, _pending_bytes(pane.program.fd)
+        select.select([], [], [], 0.005)
     pane.clock.now += 1.0  # Enter is due
     pane.requests.run_due(pane.clock())
     reply = pane.reply(41)

@@ -17,6 +17,7 @@ import pytest
 
 from paneworker.osc7501 import StatusReport
 from paneworker.terminal import Terminal
+from tests.paneworker.emulators import ALL
 
 CAPTURED = Path(__file__).resolve().parent.parent / "captured"
 
@@ -77,9 +78,15 @@ def _read_boundaries(recording: Path, upto: int) -> list[int]:
     return [*ends, upto]
 
 
-def _replay(golden: Golden, pieces: list[bytes]) -> Terminal:
+def _replay(golden: Golden, pieces: list[bytes], emulator: str) -> Terminal:
     reports: list[StatusReport] = []
-    term = Terminal(golden.cols, golden.rows, reply=lambda _data: None, on_report=reports.append)
+    term = Terminal(
+        golden.cols,
+        golden.rows,
+        reply=lambda _data: None,
+        on_report=reports.append,
+        emulator=emulator,
+    )
     for piece in pieces:
         term.feed(piece)
     return term
@@ -111,18 +118,20 @@ def test_every_recording_has_golden_points() -> None:
         assert any(".at" in name for name in names)
 
 
+@pytest.mark.parametrize("emulator", ALL)
 @pytest.mark.parametrize("golden", GOLDENS, ids=[g.case_id for g in GOLDENS])
-def test_replay_in_one_piece_matches_tmux(golden: Golden) -> None:
+def test_replay_in_one_piece_matches_tmux(golden: Golden, emulator: str) -> None:
     data = golden.recording.read_bytes()
     assert golden.upto <= len(data)
-    _assert_matches(golden, _replay(golden, [data[: golden.upto]]))
+    _assert_matches(golden, _replay(golden, [data[: golden.upto]], emulator))
 
 
+@pytest.mark.parametrize("emulator", ALL)
 @pytest.mark.parametrize("golden", GOLDENS, ids=[g.case_id for g in GOLDENS])
-def test_replay_at_recorded_read_boundaries_matches_tmux(golden: Golden) -> None:
+def test_replay_at_recorded_read_boundaries_matches_tmux(golden: Golden, emulator: str) -> None:
     data = golden.recording.read_bytes()
     ends = _read_boundaries(golden.recording, golden.upto)
     starts = [0, *ends[:-1]]
     pieces = [data[start:end] for start, end in zip(starts, ends, strict=True)]
     assert len(pieces) > 1
-    _assert_matches(golden, _replay(golden, pieces))
+    _assert_matches(golden, _replay(golden, pieces, emulator))

@@ -37,6 +37,7 @@ from paneworker.terminal import Terminal
 from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
 from protocol.messages import Status, ToSupervisor
+from tests.paneworker.emulators import EMULATOR
 
 TESTS = Path(__file__).resolve().parent.parent
 CAPTURED = TESTS / "captured"
@@ -56,7 +57,7 @@ PROFILE_AGENTS = (
 
 
 def screen_of(data: bytes, cols: int = 120, rows: int = 40) -> Terminal:
-    term = Terminal(cols, rows, reply=lambda _d: None, on_report=lambda _r: None)
+    term = Terminal(cols, rows, reply=lambda _d: None, on_report=lambda _r: None, emulator=EMULATOR)
     term.feed(data)
     return term
 

@@ -9,7 +9,7 @@ sequence's parameters or a string's payload reach the screen as text.
 
 Rules (after ECMA-48 and what xterm/vte do): C0 controls inside a CSI are executed;
 CAN/SUB cancel a sequence; an ESC inside a sequence abandons it and starts a new
-one; a string ends at ST (``ESC \\``) or BEL; a CSI longer than 1024 characters is
+one; a string ends at ST (``ESC \\``) or BEL; a CSI longer than 8192 characters is
 swallowed to its final byte. Only a bounded head of a string is kept: the sink is
 told the full length so it can enforce size limits without the parser storing it.
 """
@@ -23,14 +23,24 @@ from typing import Protocol
 ESC = "\x1b"
 ST = "\x1b\\"
 
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Outside any sequence, every character starts one of these; ``lastindex`` says which.
+# The commonest shape in coding-CLI output, a colour change and the printable run
+# after it, is one match and one draw.
+_GROUND_RE = re.compile(
+    r"([^\x00-\x1f\x7f-\x9f]+)"  # 1: printable run
+    r"|\x1b\[([0-9;:]*)m([^\x00-\x1f\x7f-\x9f]*)"  # 2, 3: SGR and the run after it
+    r"|(\r\n)"  # 4
+    r"|\x1b\[([\x30-\x3f]*)([\x20-\x2f]*)([\x40-\x7e])"  # 5, 6, 7: other CSI
+    r"|([\x00-\x1a\x1c-\x1f\x7f-\x9f])"  # 8: a control other than ESC
+    r"|(\x1b)"  # 9: slow path
+)
 _CSI_RE = re.compile(r"\x1b\[([\x30-\x3f]*)([\x20-\x2f]*)([\x40-\x7e])")
 _CSI_BODY_RE = re.compile(r"([\x30-\x3f]*)([\x20-\x2f]*)")
 _CSI_PARAM_RE = re.compile(r"[\x20-\x3f]*")
 _ESC_NF_RE = re.compile(r"\x1b([\x20-\x2f]+)([\x30-\x7e])?")
 _STRING_END_RE = re.compile(r"[\x07\x18\x1a\x1b]")
 _STRING_STARTERS = "]P_^X"
-_MAX_CSI_CHARS = 1024
+_MAX_CSI_CHARS = 8192
 _MAX_ESC_INTERMEDIATES = 16
 
 
@@ -42,6 +52,12 @@ class SequenceSink(Protocol):
 
     def control(self, char: str) -> None:
         """A C0 control other than ESC, CAN, SUB."""
+
+    def sgr_text(self, params: str, text: str) -> None:
+        """``CSI params m`` followed by printable ``text`` (possibly empty)."""
+
+    def crlf(self) -> None:
+        """CR immediately followed by LF."""
 
     def csi(self, params: str, intermediates: str, final: str) -> None:
         """``CSI params intermediates final``; ``params`` keeps any ``<=>?`` marker."""
@@ -82,29 +98,39 @@ class SequenceParser:
     def _process(self, s: str) -> None:
         n = len(s)
         i = 0
-        search_control = _CONTROL_RE.search
-        draw = self._sink.draw
         while i < n:
             if self._string_kind is not None:
                 i = self._string_continue(s, i)
-                continue
-            if self._csi_ignore:
+            elif self._csi_ignore:
                 i = self._csi_ignore_continue(s, i)
-                continue
-            m = search_control(s, i)
-            if m is None:
-                draw(s[i:])
-                return
-            j = m.start()
-            if j > i:
-                draw(s[i:j])
-            char = s[j]
-            if char == ESC:
-                i = self._escape(s, j)
             else:
-                if char < "\x20" and char not in "\x18\x1a":
-                    self._sink.control(char)
-                i = j + 1
+                i = self._ground(s, i)
+
+    def _ground(self, s: str, i: int) -> int:
+        """Tokens outside any sequence, one regex match each; returns where it stopped."""
+        sink = self._sink
+        draw = sink.draw
+        sgr_text = sink.sgr_text
+        crlf = sink.crlf
+        csi = sink.csi
+        control = sink.control
+        for m in _GROUND_RE.finditer(s, i):
+            kind = m.lastindex
+            if kind == 1:
+                draw(m.group(1))
+            elif kind == 3:
+                sgr_text(m.group(2), m.group(3))
+            elif kind == 4:
+                crlf()
+            elif kind == 7:
+                csi(m.group(5), m.group(6), m.group(7))
+            elif kind == 8:
+                char = m.group(8)
+                if char < "\x18" or "\x1b" < char < "\x20" or char == "\x19":
+                    control(char)
+            else:  # a lone ESC: strings, ESC sequences, unfinished or odd CSIs
+                return self._escape(s, m.start())
+        return len(s)
 
     def _escape(self, s: str, j: int) -> int:
         n = len(s)

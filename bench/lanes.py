@@ -6,24 +6,21 @@ tenth of them are modified and a tenth more are untracked (10 KiB each), then ti
 times each: ``git rev-parse HEAD`` through ``ManagedChildren`` against a plain
 ``subprocess.run``; the ``git status`` digest; the worktree digest; and ``true`` run
 in the Bubblewrap sandbox against ``true`` run bare (both through ``ManagedChildren``).
-Reports medians. Run:
-
-    .venv/bin/python bench/bench_lanes.py [N] [FILES]
+Part of ``python -m bench`` (N = 20, FILES = 1000; smoke: 2 and 100).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.core import Figure, Options
 from supervisor.lanes import sandbox
 from supervisor.lanes.git import Git
 from supervisor.lanes.worktree_digest import worktree_digest
@@ -64,16 +61,17 @@ def _repository(root: Path, files: int) -> tuple[Path, str]:
     return wt, base
 
 
-async def _median_ms(n: int, work: Callable[[], Awaitable[Any]]) -> float:
+async def _median_ms(n: int, work: Callable[[], Awaitable[Any]]) -> list[float]:
+    """Each run's time in ms (the suite takes the median)."""
     times = []
     for _ in range(n):
         started = time.perf_counter()
         await work()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1000
+        times.append((time.perf_counter() - started) * 1000)
+    return times
 
 
-async def main(n: int, files: int) -> None:
+async def _measure(n: int, files: int) -> dict[str, list[float]]:
     children = ManagedChildren()
     git = Git(children.run, os.environ)
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,11 +82,11 @@ async def main(n: int, files: int) -> None:
             await asyncio.to_thread(_git, wt, "rev-parse", "HEAD")
 
         rows = [
-            ("git rev-parse (managed)", await _median_ms(n, lambda: git.head(str(wt)))),
-            ("git rev-parse (subprocess.run)", await _median_ms(n, plain_rev_parse)),
-            ("git status digest", await _median_ms(n, lambda: git.status(str(wt)))),
+            ("rev_parse_managed", await _median_ms(n, lambda: git.head(str(wt)))),
+            ("rev_parse_plain", await _median_ms(n, plain_rev_parse)),
+            ("status_digest", await _median_ms(n, lambda: git.status(str(wt)))),
             (
-                f"worktree digest ({digest.diff_bytes} B diff, {digest.untracked_files} untracked)",
+                f"worktree_digest:{digest.diff_bytes}:{digest.untracked_files}",
                 await _median_ms(n, lambda: worktree_digest(git, str(wt), base)),
             ),
         ]
@@ -96,7 +94,7 @@ async def main(n: int, files: int) -> None:
         env = {"PATH": sandbox.SANDBOX_PATH}
         rows.append(
             (
-                "true, bare",
+                "true_bare",
                 await _median_ms(n, lambda: children.run(["true"], cwd="/", env=env, timeout_s=30)),
             )
         )
@@ -106,16 +104,42 @@ async def main(n: int, files: int) -> None:
             )
             rows.append(
                 (
-                    "true, in the sandbox",
+                    "true_sandbox",
                     await _median_ms(n, lambda: children.run(argv, cwd="/", env=env, timeout_s=30)),
                 )
             )
-    print(f"bench_lanes.py {n} {files}")
-    for label, ms in rows:
-        print(f"{label:<58} median {ms:8.1f} ms")
+    return dict(rows)
 
 
-if __name__ == "__main__":
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-    tracked = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
-    asyncio.run(main(count, tracked))
+def run(options: Options) -> Sequence[Figure]:
+    n, files = (2, 100) if options.smoke else (20, 1000)
+    got = asyncio.run(_measure(n, files))
+    digest_key = next(key for key in got if key.startswith("worktree_digest:"))
+    _name, diff_bytes, untracked = digest_key.split(":")
+    figures = [
+        Figure(
+            "lanes.git_rev_parse_managed",
+            "ms",
+            got["rev_parse_managed"],
+            reference="subprocess.run",
+            reference_values=got["rev_parse_plain"],
+        ),
+        Figure("lanes.git_status_digest", "ms", got["status_digest"]),
+        Figure(
+            "lanes.worktree_digest",
+            "ms",
+            got[digest_key],
+            note=f"{files} tracked files, {diff_bytes} B diff, {untracked} untracked",
+        ),
+    ]
+    if "true_sandbox" in got:
+        figures.append(
+            Figure(
+                "lanes.true_in_sandbox",
+                "ms",
+                got["true_sandbox"],
+                reference="true bare",
+                reference_values=got["true_bare"],
+            )
+        )
+    return figures

@@ -1,23 +1,23 @@
 """Pane latencies and memory, measured through the real service over MCP stdio.
 
-Reports medians over N panes of: start_pane -> first idle, one demo turn
-(send_input -> done), remove_pane, and each worker's RSS. Run:
-
-    .venv/bin/python bench/bench_panes.py [N]
+Over N panes of the demo agent: start_pane -> first idle, one demo turn
+(send_input -> done), remove_pane, and each worker's resident memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import psutil
 from mcp import Client, StdioServerParameters
+
+from bench.core import Figure, Options
 
 
 async def _call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
@@ -27,37 +27,38 @@ async def _call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
     return dict(result.structured_content or {})
 
 
-async def run(n: int) -> None:
+async def _measure(n: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"start": [], "turn": [], "remove": [], "rss": []}
     with tempfile.TemporaryDirectory() as state:
-        env = dict(os.environ, PANEWARDEN_STATE_DIR=state, PANEWARDEN_LOG_LEVEL="WARNING")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PANEWARDEN_")}
+        env |= {"PANEWARDEN_STATE_DIR": state, "PANEWARDEN_LOG_LEVEL": "WARNING"}
         params = StdioServerParameters(
             command=sys.executable, args=["-m", "supervisor", "serve", "--stdio"], env=env
         )
         async with Client(params) as client:
-            starts, turns, removes, rss = [], [], [], []
             for i in range(n):
                 name = f"b{i}"
                 t0 = time.perf_counter()
                 pane = (await _call(client, "start_pane", name=name, profile="demo"))["pane"]
                 idle = (await _call(client, "wait_status", name=name, until=["idle"]))["status"]
-                starts.append(time.perf_counter() - t0)
-                rss.append(psutil.Process(pane["worker_pid"]).memory_info().rss / 2**20)
+                out["start"].append((time.perf_counter() - t0) * 1000)
+                out["rss"].append(psutil.Process(pane["worker_pid"]).memory_info().rss / 2**20)
                 t0 = time.perf_counter()
                 await _call(client, "send_input", name=name, text="benchmark turn")
                 await _call(client, "wait_status", name=name, after_seq=idle["seq"], until=["done"])
-                turns.append(time.perf_counter() - t0)
+                out["turn"].append((time.perf_counter() - t0) * 1000)
             for i in range(n):
                 t0 = time.perf_counter()
                 await _call(client, "remove_pane", name=f"b{i}")
-                removes.append(time.perf_counter() - t0)
-    med = statistics.median
-    print(f"panes: {n}")
-    slowest = max(starts) * 1000
-    print(f"start_pane -> idle     median {med(starts) * 1000:7.1f} ms  max {slowest:7.1f} ms")
-    print(f"demo turn (-> done)    median {med(turns) * 1000:7.1f} ms  (agent sleeps ~90 ms)")
-    print(f"remove_pane            median {med(removes) * 1000:7.1f} ms")
-    print(f"worker RSS             median {med(rss):7.1f} MiB  max {max(rss):7.1f} MiB")
+                out["remove"].append((time.perf_counter() - t0) * 1000)
+    return out
 
 
-if __name__ == "__main__":
-    asyncio.run(run(int(sys.argv[1]) if len(sys.argv) > 1 else 8))
+def run(options: Options) -> Sequence[Figure]:
+    got = asyncio.run(_measure(1 if options.smoke else 8))
+    return [
+        Figure("panes.start_to_idle", "ms", got["start"], note="includes the demo agent's start"),
+        Figure("panes.demo_turn", "ms", got["turn"], note="the demo agent sleeps ~90 ms"),
+        Figure("panes.remove", "ms", got["remove"]),
+        Figure("panes.worker_rss", "MiB", got["rss"]),
+    ]

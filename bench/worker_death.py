@@ -3,9 +3,6 @@
 For N panes: type a `spawn` prompt (a detached setsid grandchild), SIGKILL the
 worker the moment the grandchild's pid shows, then time (a) until `wait_status`
 returns lifecycle `lost` and (b) until the program and the grandchild are gone.
-Reports medians and maxima. Run:
-
-    .venv/bin/python bench/bench_worker_death.py [N]
 """
 
 from __future__ import annotations
@@ -14,14 +11,16 @@ import asyncio
 import os
 import re
 import signal
-import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import psutil
 from mcp import Client, StdioServerParameters
+
+from bench.core import Figure, Options
 
 
 async def _call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
@@ -38,11 +37,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
-async def run(n: int) -> None:
+async def _measure(n: int) -> tuple[list[float], list[float]]:
     lost_ms: list[float] = []
     gone_ms: list[float] = []
     with tempfile.TemporaryDirectory() as state:
-        env = dict(os.environ, PANEWARDEN_STATE_DIR=state, PANEWARDEN_LOG_LEVEL="ERROR")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PANEWARDEN_")}
+        env |= {"PANEWARDEN_STATE_DIR": state, "PANEWARDEN_LOG_LEVEL": "ERROR"}
         params = StdioServerParameters(
             command=sys.executable, args=["-m", "supervisor", "serve", "--stdio"], env=env
         )
@@ -71,11 +71,12 @@ async def run(n: int) -> None:
                     await asyncio.sleep(0.005)
                 gone_ms.append((time.perf_counter() - t0) * 1000)
                 await _call(client, "remove_pane", name=name)
-    med = statistics.median
-    print(f"worker kills: {n}")
-    print(f"kill -> lost            median {med(lost_ms):6.1f} ms  max {max(lost_ms):6.1f} ms")
-    print(f"kill -> tree gone       median {med(gone_ms):6.1f} ms  max {max(gone_ms):6.1f} ms")
+    return lost_ms, gone_ms
 
 
-if __name__ == "__main__":
-    asyncio.run(run(int(sys.argv[1]) if len(sys.argv) > 1 else 10))
+def run(options: Options) -> Sequence[Figure]:
+    lost, gone = asyncio.run(_measure(1 if options.smoke else 10))
+    return [
+        Figure("worker_death.kill_to_lost", "ms", lost),
+        Figure("worker_death.kill_to_tree_gone", "ms", gone),
+    ]

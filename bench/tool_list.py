@@ -3,7 +3,7 @@
 Starts one ``panewarden serve --http`` with a clients file holding one client per tool
 group (every scope) and one with no group limit, asks each for ``tools/list`` over real
 streamable HTTP, and prints the number of tools and the characters of the JSON ``tools``
-array (what a client puts in its model's context). Run: ``python bench/bench_tool_list.py``.
+array (what a client puts in its model's context). Part of ``python -m bench``.
 """
 
 from __future__ import annotations
@@ -18,11 +18,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+
+from bench.core import Figure, Options
 
 REPO = Path(__file__).resolve().parent.parent
 SCOPES = ["read", "input", "dialog", "lifecycle", "control", "admin"]
@@ -43,8 +46,8 @@ async def _size(url: str, token: str) -> tuple[int, int]:
     return len(tools), len(body)
 
 
-def main() -> int:
-    """Print the table; returns the exit status."""
+def _measure() -> dict[str, tuple[int, int]]:
+    """Per group: (tools, characters)."""
     with tempfile.TemporaryDirectory(prefix="pw-bench-tools-") as tmp:
         root = Path(tmp)
         tokens = {name: secrets.token_hex(32) for name in GROUPS}
@@ -77,19 +80,25 @@ def main() -> int:
             deadline = time.monotonic() + 30
             while not url_file.exists():
                 if time.monotonic() > deadline or proc.poll() is not None:
-                    print("the service did not start", file=sys.stderr)
-                    return 1
+                    raise RuntimeError("the service did not start")
                 time.sleep(0.05)  # a bounded poll for the service's URL file
             url = url_file.read_text().strip()
-            print(f"{'group':<14}{'tools':>6}{'characters':>12}")
-            for name, token in tokens.items():
-                count, chars = asyncio.run(_size(url, token))
-                print(f"{name:<14}{count:>6}{chars:>12}")
+            return {name: asyncio.run(_size(url, token)) for name, token in tokens.items()}
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
-    return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def run(options: Options) -> Sequence[Figure]:
+    figures = []
+    for group, (count, chars) in _measure().items():
+        figures.append(Figure(f"tool_list.{group}.tools", "tools", [float(count)]))
+        figures.append(
+            Figure(
+                f"tool_list.{group}.characters",
+                "chars",
+                [float(chars)],
+                note="JSON of the tools array as a model receives it",
+            )
+        )
+    return figures

@@ -5,29 +5,36 @@ Claude Code, Codex, Gemini, OpenCode and friends (see ``shared/agents.md``): an
 alternate screen (``?47``/``?1047``/``?1049``) without scrollback, main-screen
 scrollback that never slows ordinary events (pyte's ``HistoryScreen`` wraps every
 attribute access), a ``draw`` that keeps the text after zero-width characters and is
-quick on ASCII runs, colon-form SGR, SU/SD/REP/CHT/CBT, DECSTR, a single-slot
-DECSC like xterm, and a resize that keeps the cursor row on screen.
+quick on runs of one-cell characters, colon-form SGR, SU/SD/REP/CHT/CBT, DECSTR, a
+single-slot DECSC like xterm, and a resize that keeps the cursor row on screen.
 
-The escape-sequence parser lives in :mod:`paneworker.terminal`; this module only
-changes the model.
+Storage is compact: a row is a plain list of interned ``Char`` cells (pyte keeps a
+dict per row), so drawing a run is one slice assignment and scrolling is a list
+operation; the scrollback is kept as text, one ``str`` per line, with no per-cell
+objects at all. DECSCNM (``?5``, reverse screen) is tracked but not drawn.
+
+The escape-sequence parser lives in :mod:`paneworker.emulator.pyte_parser`; this
+module only changes the model.
 """
 
 from __future__ import annotations
 
-import copy
 import unicodedata
-from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any
 
 import pyte
 from pyte import graphics as g
 from pyte import modes as mo
 from pyte.charsets import LAT1_MAP
-from pyte.screens import Char, Cursor, Margins, StaticDefaultDict, wcwidth
+from pyte.screens import Char, Cursor, Margins, Savepoint, wcwidth
 
-Line = StaticDefaultDict[int, Char]
-Buffer = dict[int, Line]
+Row = list[Char]
+Buffer = list[Row]
+_CELL_TEXT: Callable[[Char], str] = itemgetter(0)
+_BLANK = Char(data=" ", fg="default", bg="default", reverse=False)
 
 _new_char = tuple.__new__
 # Marks that sit on the previous glyph; other zero-width characters (ZWJ,
@@ -52,6 +59,13 @@ class _Glyphs(dict[str, Char]):
         return cell
 
 
+def _copy_cursor(cursor: Cursor) -> Cursor:
+    # copy.copy on a __slots__ class is generic and slow; TUIs save the cursor per frame.
+    twin = Cursor(cursor.x, cursor.y, cursor.attrs)
+    twin.hidden = cursor.hidden
+    return twin
+
+
 def _is_variation_selector(char: str) -> bool:
     code = ord(char)
     return 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF
@@ -74,23 +88,34 @@ def _extended_colour(sub: Sequence[int | None]) -> str | None:
 class PaneScreen(pyte.Screen):
     """A pyte screen with an alternate buffer, bounded scrollback and xterm fixes."""
 
+    buffer: Buffer  # type: ignore[assignment]  # rows are lists here, not pyte's dicts
+    # A constant: pyte derives it from DECSCNM each time, which is not drawn here.
+    default_char: Char = _BLANK
+
     def __init__(self, columns: int, lines: int, history_limit: int) -> None:
         # Set before pyte's constructor: it calls reset(), which we override.
-        self.history: deque[Line] = deque(maxlen=history_limit)
+        self.history: deque[str] = deque(maxlen=history_limit)
         self.alternate_active = False
         self.last_char: str | None = None
         self._alt_saved_cursor: Cursor | None = None
-        self._other_buffer: Buffer = {}
-        self._glyph_sets: dict[tuple[Any, ...], _Glyphs] = {}
+        self._other_buffer: Buffer = []
+        self._glyph_sets: dict[Char, _Glyphs] = {}
+        self._glyphs_for: tuple[Any, _Glyphs | None] = (None, None)
+        self._narrow: dict[str, bool] = {}
+        self._widths: dict[str, int] = {}
         super().__init__(columns, lines)
         self._other_buffer = self._new_buffer()
 
+    def _blank(self) -> Row:
+        return [self.default_char] * self.columns
+
     def _new_buffer(self) -> Buffer:
-        return defaultdict(lambda: StaticDefaultDict[int, Char](self.default_char))
+        return [[self.default_char] * self.columns for _ in range(self.lines)]
 
     def reset(self) -> None:
         """RIS: also leave the alternate screen and forget scrollback and saved cursors."""
         super().reset()
+        self.buffer = self._new_buffer()
         self.history.clear()
         self.alternate_active = False
         self._alt_saved_cursor = None
@@ -109,6 +134,20 @@ class PaneScreen(pyte.Screen):
         self.g0_charset = LAT1_MAP
         self.savepoints.clear()
 
+    # -- reading --------------------------------------------------------------
+
+    def display_lines(self) -> list[str]:
+        """The visible rows, right-stripped."""
+        return ["".join(map(_CELL_TEXT, row)).rstrip() for row in self.buffer]
+
+    def history_text(self) -> list[str]:
+        """Scrollback, oldest first, right-stripped."""
+        return list(self.history)
+
+    def row_chars(self, row: int) -> list[Char]:
+        """The cells of visible row ``row``."""
+        return list(self.buffer[row])
+
     # -- text ---------------------------------------------------------------
 
     def draw(self, data: str) -> None:
@@ -124,14 +163,37 @@ class PaneScreen(pyte.Screen):
             self._draw_any(data)
         self.dirty.add(self.cursor.y)
 
+    def _all_narrow(self, data: str) -> bool:
+        """True if every character takes exactly one cell (no wide, no zero-width)."""
+        narrow = self._narrow
+        for char in set(data):
+            known = narrow.get(char)
+            if known is None:
+                if len(narrow) >= _MAX_GLYPHS:
+                    narrow.clear()
+                known = narrow[char] = wcwidth(char) == 1
+            if not known:
+                return False
+        return True
+
     def _glyphs(self) -> _Glyphs:
-        rest = tuple(self.cursor.attrs)[1:]
-        glyphs = self._glyph_sets.get(rest)
+        attrs = self.cursor.attrs
+        cached_attrs, cached = self._glyphs_for
+        if cached is not None and cached_attrs is attrs:
+            return cached
+        # Keyed by the whole attributes value (its text is always the blank).
+        glyphs = self._glyph_sets.get(attrs)
         if glyphs is None:
             if len(self._glyph_sets) >= _MAX_ATTR_SETS:
                 self._glyph_sets.clear()
-            glyphs = self._glyph_sets[rest] = _Glyphs(rest)
+            glyphs = self._glyph_sets[attrs] = _Glyphs(tuple(attrs)[1:])
+        self._glyphs_for = (attrs, glyphs)
         return glyphs
+
+    def crlf(self) -> None:
+        """CR LF in one step (the commonest pair of controls)."""
+        self.cursor.x = 0
+        self.linefeed()
 
     def _wrap(self) -> None:
         self.dirty.add(self.cursor.y)
@@ -139,12 +201,21 @@ class PaneScreen(pyte.Screen):
         self.linefeed()
 
     def _draw_ascii(self, data: str) -> None:
-        # Every character is one cell wide: write whole slices up to the margin.
+        # Every character is one cell wide (ASCII or checked): whole slices to the margin.
         cursor = self.cursor
         columns = self.columns
-        glyphs = self._glyphs()
+        cached_attrs, glyphs = self._glyphs_for
+        if glyphs is None or cached_attrs is not cursor.attrs:
+            glyphs = self._glyphs()
+        x = cursor.x
+        end = len(data)
+        if x + end <= columns:  # the usual case: the run fits on the row
+            self.buffer[cursor.y][x : x + end] = map(glyphs.__getitem__, data)
+            cursor.x = x + end
+            self.last_char = data[-1]
+            return
         autowrap = mo.DECAWM in self.mode
-        pos, end = 0, len(data)
+        pos = 0
         while pos < end:
             if cursor.x >= columns:
                 if not autowrap:
@@ -155,23 +226,50 @@ class PaneScreen(pyte.Screen):
                 self._wrap()
             x = cursor.x
             take = min(columns - x, end - pos)
-            self.buffer[cursor.y].update(
-                zip(
-                    range(x, x + take), map(glyphs.__getitem__, data[pos : pos + take]), strict=True
-                )
-            )
+            self.buffer[cursor.y][x : x + take] = map(glyphs.__getitem__, data[pos : pos + take])
             cursor.x = x + take
             pos += take
         self.last_char = data[-1]
 
+    def _width(self, char: str) -> int:
+        width = self._widths.get(char)
+        if width is None:
+            if len(self._widths) >= _MAX_GLYPHS:
+                self._widths.clear()
+            width = self._widths[char] = wcwidth(char)
+        return width
+
     def _draw_any(self, data: str) -> None:
+        """A run holding wide or zero-width characters: one-cell stretches drawn whole."""
+        if mo.IRM in self.mode:
+            self._draw_each(data)
+            return
+        narrow = self._narrow
+        start = 0
+        for index, char in enumerate(data):
+            known = narrow.get(char)
+            if known is None:
+                known = self._all_narrow(char)
+            if known:
+                continue
+            if index > start:
+                self._draw_ascii(data[start:index])
+            self._draw_each(char)
+            start = index + 1
+        if start < len(data):
+            self._draw_ascii(data[start:])
+
+    def _draw_each(self, data: str) -> None:
         cursor = self.cursor
         columns = self.columns
         autowrap = mo.DECAWM in self.mode
         insert = mo.IRM in self.mode
         glyphs = self._glyphs()
+        width_of = self._widths.get
         for char in data:
-            width = wcwidth(char)
+            width = width_of(char)
+            if width is None:
+                width = self._width(char)
             if width <= 0:
                 if (
                     width == 0
@@ -218,9 +316,81 @@ class PaneScreen(pyte.Screen):
     def index(self) -> None:
         """Scroll the main screen's top line into history (alternate screen keeps none)."""
         top, bottom = self.margins or Margins(0, self.lines - 1)
-        if self.cursor.y == bottom and top == 0 and not self.alternate_active:
-            self.history.append(self.buffer[top])
-        super().index()
+        if self.cursor.y != bottom:
+            self.cursor_down()
+            return
+        buffer = self.buffer
+        if top == 0 and not self.alternate_active and self.history.maxlen:
+            self.history.append("".join(map(_CELL_TEXT, buffer[0])).rstrip())
+        del buffer[top]
+        buffer.insert(bottom, [self.default_char] * self.columns)
+        self.dirty.add(top)  # only "something changed" is ever asked
+
+    def reverse_index(self) -> None:
+        """RI: scroll the region down when the cursor is on its top line."""
+        top, bottom = self.margins or Margins(0, self.lines - 1)
+        if self.cursor.y != top:
+            self.cursor_up()
+            return
+        buffer = self.buffer
+        del buffer[bottom]
+        buffer.insert(top, self._blank())
+        self.dirty.update(range(self.lines))
+
+    def insert_lines(self, count: int | None = None) -> None:
+        """IL: blank lines at the cursor, the region's bottom lines pushed out."""
+        top, bottom = self.margins or Margins(0, self.lines - 1)
+        y = self.cursor.y
+        if not top <= y <= bottom:
+            return
+        n = min(max(count or 1, 1), bottom - y + 1)
+        buffer = self.buffer
+        del buffer[bottom - n + 1 : bottom + 1]
+        buffer[y:y] = [self._blank() for _ in range(n)]
+        self.dirty.update(range(y, self.lines))
+        self.carriage_return()
+
+    def delete_lines(self, count: int | None = None) -> None:
+        """DL: lines at the cursor removed, blank lines in at the region's bottom."""
+        top, bottom = self.margins or Margins(0, self.lines - 1)
+        y = self.cursor.y
+        if not top <= y <= bottom:
+            return
+        n = min(max(count or 1, 1), bottom - y + 1)
+        buffer = self.buffer
+        del buffer[y : y + n]
+        buffer[bottom - n + 1 : bottom - n + 1] = [self._blank() for _ in range(n)]
+        self.dirty.update(range(y, self.lines))
+        self.carriage_return()
+
+    def insert_characters(self, count: int | None = None) -> None:
+        """ICH: blank cells at the cursor, the row's end pushed out."""
+        x, columns = self.cursor.x, self.columns
+        if x >= columns:
+            return
+        row = self.buffer[self.cursor.y]
+        row[x:x] = [self.default_char] * min(max(count or 1, 1), columns - x)
+        del row[columns:]
+        self.dirty.add(self.cursor.y)
+
+    def delete_characters(self, count: int | None = None) -> None:
+        """DCH: cells at the cursor removed, blank cells in at the row's end."""
+        x, columns = self.cursor.x, self.columns
+        if x >= columns:
+            return
+        n = min(max(count or 1, 1), columns - x)
+        row = self.buffer[self.cursor.y]
+        del row[x : x + n]
+        row.extend([self.default_char] * n)
+        self.dirty.add(self.cursor.y)
+
+    def erase_characters(self, count: int | None = None) -> None:
+        """ECH: cells from the cursor set to blanks in the current attributes."""
+        x = self.cursor.x
+        end = min(x + max(count or 1, 1), self.columns)
+        if x < end:
+            self.buffer[self.cursor.y][x:end] = [self.cursor.attrs] * (end - x)
+        self.dirty.add(self.cursor.y)
 
     def scroll_up(self, count: int) -> None:
         """SU: scroll the region up without moving the cursor."""
@@ -241,16 +411,38 @@ class PaneScreen(pyte.Screen):
         self.cursor.y = saved_y
 
     def erase_in_display(self, how: int = 0, *args: object, **kwargs: object) -> None:
-        """ED; ``3`` erases scrollback only, as in xterm."""
+        """ED; ``3`` erases scrollback only, as in xterm; unknown parameters are ignored."""
         if how == 3:
             self.history.clear()
-        elif how in (0, 1, 2):
-            super().erase_in_display(how)
+            return
+        if how == 0:
+            rows = range(self.cursor.y + 1, self.lines)
+        elif how == 1:
+            rows = range(self.cursor.y)
+        elif how == 2:
+            rows = range(self.lines)
+        else:
+            return
+        attrs = self.cursor.attrs
+        for y in rows:
+            self.buffer[y] = [attrs] * self.columns
+        self.dirty.update(rows)
+        if how in (0, 1):
+            self.erase_in_line(how)
 
     def erase_in_line(self, how: int = 0, private: bool = False) -> None:
         """EL; unknown parameters are ignored instead of failing."""
-        if how in (0, 1, 2):
-            super().erase_in_line(how)
+        x, columns = min(self.cursor.x, self.columns), self.columns
+        if how == 0:
+            start, end = x, columns
+        elif how == 1:
+            start, end = 0, min(x + 1, columns)
+        elif how == 2:
+            start, end = 0, columns
+        else:
+            return
+        self.buffer[self.cursor.y][start:end] = [self.cursor.attrs] * (end - start)
+        self.dirty.add(self.cursor.y)
 
     # -- tabs -----------------------------------------------------------------
 
@@ -268,8 +460,16 @@ class PaneScreen(pyte.Screen):
 
     def save_cursor(self) -> None:
         """DECSC into a single slot, as xterm has (pyte's stack grows without bound)."""
-        super().save_cursor()
-        del self.savepoints[:-1]
+        self.savepoints[:] = [
+            Savepoint(
+                _copy_cursor(self.cursor),
+                self.g0_charset,
+                self.g1_charset,
+                self.charset,
+                mo.DECOM in self.mode,
+                mo.DECAWM in self.mode,
+            )
+        ]
 
     def restore_cursor(self) -> None:
         """DECRC; the slot is kept, so a second DECRC restores the same position."""
@@ -285,7 +485,7 @@ class PaneScreen(pyte.Screen):
             else:
                 self.mode.discard(mode)
         hidden = self.cursor.hidden
-        self.cursor = copy.copy(point.cursor)
+        self.cursor = _copy_cursor(point.cursor)
         self.cursor.hidden = hidden
         self.ensure_hbounds()
         self.ensure_vbounds()
@@ -297,11 +497,11 @@ class PaneScreen(pyte.Screen):
         if self.alternate_active:
             return
         if save_cursor:
-            self._alt_saved_cursor = copy.copy(self.cursor)
+            self._alt_saved_cursor = _copy_cursor(self.cursor)
         self.buffer, self._other_buffer = self._other_buffer, self.buffer
         self.alternate_active = True
         if clear:
-            self.buffer.clear()
+            self.buffer = self._new_buffer()
         self.dirty.update(range(self.lines))
 
     def leave_alternate(self, *, clear: bool, restore_cursor: bool) -> None:
@@ -309,7 +509,7 @@ class PaneScreen(pyte.Screen):
         if not self.alternate_active:
             return
         if clear:
-            self.buffer.clear()
+            self.buffer = self._new_buffer()
         self.buffer, self._other_buffer = self._other_buffer, self.buffer
         self.alternate_active = False
         if restore_cursor and self._alt_saved_cursor is not None:
@@ -325,14 +525,20 @@ class PaneScreen(pyte.Screen):
 
     def _shrink_rows(self, buffer: Buffer, shift: int, lines: int, to_history: bool) -> Buffer:
         """Drop ``shift`` rows off the top (into history if asked) and rows past ``lines``."""
-        if to_history:
-            for y in range(shift):
-                self.history.append(buffer.get(y) or StaticDefaultDict(self.default_char))
-        kept = self._new_buffer()
-        for y, line in buffer.items():
-            if shift <= y < shift + lines:
-                kept[y - shift] = line
-        return kept
+        if to_history and self.history.maxlen:
+            for row in buffer[:shift]:
+                self.history.append("".join(map(_CELL_TEXT, row)).rstrip())
+        return buffer[shift : shift + lines]
+
+    def _fit(self, buffer: Buffer, lines: int, columns: int) -> Buffer:
+        """``buffer`` cut or padded with blanks to ``lines`` rows of ``columns`` cells."""
+        blank = self.default_char
+        fitted = [
+            row[:columns] if len(row) >= columns else row + [blank] * (columns - len(row))
+            for row in buffer[:lines]
+        ]
+        fitted.extend([blank] * columns for _ in range(lines - len(fitted)))
+        return fitted
 
     def resize(self, lines: int | None = None, columns: int | None = None) -> None:
         """Resize both buffers, keeping the cursor row visible; no reflow."""
@@ -356,11 +562,8 @@ class PaneScreen(pyte.Screen):
                     saved.y -= main_shift
             else:
                 self._other_buffer = self._shrink_rows(self._other_buffer, 0, lines, False)
-        if columns < self.columns:
-            for buffer in (self.buffer, self._other_buffer):
-                for line in buffer.values():
-                    for x in [x for x in line if x >= columns]:
-                        del line[x]
+        self.buffer = self._fit(self.buffer, lines, columns)
+        self._other_buffer = self._fit(self._other_buffer, lines, columns)
         old_columns = self.columns
         self.tabstops = {t for t in self.tabstops if t < columns} | {
             t for t in range(8, columns, 8) if t >= old_columns
