@@ -1,16 +1,31 @@
 """The periods both processes must agree on, in one place.
 
-Heartbeats go both ways; a worker that hears nothing from its supervisor for
-``ORPHAN_AFTER_S`` is orphaned and, after the orphan grace, kills its pane's tree and
-exits. A supervisor that hears nothing from a worker for the heartbeat loss period
-kills it. Killing a tree is SIGHUP + SIGTERM, ``KILL_GRACE_S``, then SIGKILL.
+Heartbeats go both ways, every ``HEARTBEAT_S`` (5 s: an idle pane must cost nothing, and
+a worker's death is noticed at once through its pidfd, not through silence). A worker
+that hears nothing from its supervisor for ``ORPHAN_AFTER_BEATS`` periods is orphaned
+and, after the orphan grace, kills its pane's tree and exits. A supervisor that hears
+nothing from a worker for the heartbeat loss period kills it; that period is at least
+``HEARTBEAT_LOSS_BEATS`` heartbeats, so an operator who shortens it shortens the
+heartbeat with it (``heartbeat_period``). Killing a tree is SIGHUP + SIGTERM,
+``KILL_GRACE_S``, then SIGKILL.
 """
 
-HEARTBEAT_S = 1.0
-ORPHAN_AFTER_S = 5.0
+HEARTBEAT_S = 5.0
+# Silence, in heartbeat periods, after which a worker counts itself orphaned: one late
+# or lost beat on a loaded machine must not orphan anyone.
+ORPHAN_AFTER_BEATS = 3
+ORPHAN_AFTER_S = ORPHAN_AFTER_BEATS * HEARTBEAT_S
+# The heartbeat loss period spans at least this many heartbeats.
+HEARTBEAT_LOSS_BEATS = 4
+DEFAULT_HEARTBEAT_LOSS_S = HEARTBEAT_LOSS_BEATS * HEARTBEAT_S
 DEFAULT_ORPHAN_GRACE_S = 120.0
-DEFAULT_HEARTBEAT_LOSS_S = 15.0
 KILL_GRACE_S = 2.0
 # Status records a pane keeps (worker and supervisor alike): a restarted supervisor gets
 # them with the worker's Hello, so a cursor taken before the restart still finds them.
 STATUS_HISTORY_RECORDS = 512
+
+
+def heartbeat_period(heartbeat_loss_s: float) -> float:
+    """The heartbeat period for a heartbeat loss period: ``HEARTBEAT_S``, or shorter so
+    that the loss period still spans ``HEARTBEAT_LOSS_BEATS`` heartbeats."""
+    return min(HEARTBEAT_S, heartbeat_loss_s / HEARTBEAT_LOSS_BEATS)
