@@ -14,7 +14,7 @@ import sys
 import time
 
 from protocol import logjson
-from protocol.boot import BootRecord, decode_boot
+from protocol.boot import MAX_BOOT_BYTES, BootRecord, decode_boot
 
 BOOT_READ_TIMEOUT_S = 10.0
 
@@ -23,7 +23,18 @@ log = logging.getLogger("paneworker")
 
 def read_boot(fd: int, timeout_s: float = BOOT_READ_TIMEOUT_S) -> BootRecord:
     """Read the boot record until EOF on ``fd``; raises TimeoutError or ValueError."""
+    return decode_boot(read_all(fd, timeout_s))
+
+
+def read_all(fd: int, timeout_s: float) -> bytes:
+    """Read ``fd`` until EOF (bounded by ``MAX_BOOT_BYTES`` and a deadline), then close it.
+
+    Raises:
+        TimeoutError: no EOF before the deadline.
+        ValueError: more than ``MAX_BOOT_BYTES``.
+    """
     chunks: list[bytes] = []
+    size = 0
     deadline = time.monotonic() + timeout_s
     try:
         while True:
@@ -36,20 +47,25 @@ def read_boot(fd: int, timeout_s: float = BOOT_READ_TIMEOUT_S) -> BootRecord:
             chunk = os.read(fd, 65536)
             if not chunk:
                 break
+            size += len(chunk)
+            if size > MAX_BOOT_BYTES:
+                raise ValueError("boot record too large")
             chunks.append(chunk)
     finally:
         os.close(fd)
-    return decode_boot(b"".join(chunks))
+    return b"".join(chunks)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Read the boot record, start the pane and run its loop."""
-    parser = argparse.ArgumentParser(prog="paneworker")
-    parser.add_argument("--boot-fd", type=int, required=True)
-    args = parser.parse_args(argv)
-    logjson.configure(os.environ.get("PANEWARDEN_LOG_LEVEL", "INFO"))
+def run_worker(boot_fd: int, configure_logging: bool = True) -> int:
+    """Read the boot record from ``boot_fd``, start the pane and run its loop.
+
+    The one way into a worker, whether started by itself (``main``) or forked from the
+    worker template (whose logging, the same, it keeps: ``configure_logging=False``).
+    """
+    if configure_logging:
+        logjson.configure(os.environ.get("PANEWARDEN_LOG_LEVEL", "INFO"))
     try:
-        boot = read_boot(args.boot_fd)
+        boot = read_boot(boot_fd)
     except (TimeoutError, ValueError, OSError) as exc:
         log.error("cannot read the boot record: %s", exc)
         return 2
@@ -57,6 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     from paneworker.worker import PaneWorker
 
     return PaneWorker(boot).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the arguments and run the worker."""
+    parser = argparse.ArgumentParser(prog="paneworker")
+    parser.add_argument("--boot-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    return run_worker(args.boot_fd)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
+PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
 
@@ -58,6 +62,15 @@ def parse_stat(pid: int, text: str) -> ProcStat:
     )
 
 
+@functools.cache
+def _libc_prctl() -> Callable[..., int]:
+    """libc's ``prctl``, looked up once per process (a forked worker reuses its template's)."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return cast(Callable[..., int], prctl)
+
+
 def _gone(pid: int) -> ProcessLookupError:
     return ProcessLookupError(errno.ESRCH, os.strerror(errno.ESRCH), f"{PROC}/{pid}")
 
@@ -97,6 +110,11 @@ class OsCalls:
         """
         self._prctl(PR_SET_CHILD_SUBREAPER, 1)
 
+    def set_process_name(self, name: str) -> None:
+        """Name this process (``comm``: ``ps -o comm``, ``/proc/PID/stat``; 15 bytes kept)."""
+        buf = ctypes.create_string_buffer(name.encode()[:15])
+        self._prctl(PR_SET_NAME, ctypes.addressof(buf))
+
     def prctl_get_child_subreaper(self) -> bool:
         """Whether this process is a child subreaper."""
         flag = ctypes.c_int(0)
@@ -104,16 +122,7 @@ class OsCalls:
         return flag.value != 0
 
     def _prctl(self, option: int, arg2: int) -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-        prctl.argtypes = [
-            ctypes.c_int,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-        ]
-        prctl.restype = ctypes.c_int
+        prctl = _libc_prctl()
         if prctl(option, arg2, 0, 0, 0) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"prctl({option}): {os.strerror(err)}")

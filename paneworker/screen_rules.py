@@ -41,6 +41,7 @@ first frame; that provisional idle must not reach a client.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Sequence
@@ -285,13 +286,30 @@ def bundled_rules(agent: str) -> RuleSet:
     Raises:
         RulesError: a bundled file is broken (a packaging bug, caught by the tests).
     """
-    name = agent if _AGENT_NAME.match(agent) else GENERIC
+    return _bundled(agent if _AGENT_NAME.match(agent) else GENERIC)
+
+
+@functools.lru_cache(maxsize=64)
+def _bundled(name: str) -> RuleSet:
+    # Parsed once per process: package data never changes under a running process, a
+    # RuleSet is immutable, and the worker template parses every file before it forks,
+    # so a forked worker shares them instead of parsing (and copying pages) again.
     package = resources.files("paneworker").joinpath("rules")
     resource = package.joinpath(f"{name}.json")
     if not resource.is_file():
         name = GENERIC
         resource = package.joinpath(f"{GENERIC}.json")
     return parse_rules(resource.read_bytes(), agent=name, source=f"bundled {name}.json")
+
+
+def bundled_agents() -> list[str]:
+    """The agent kinds that have a bundled rules file."""
+    package = resources.files("paneworker").joinpath("rules")
+    return sorted(
+        entry.name.removesuffix(".json")
+        for entry in package.iterdir()
+        if entry.name.endswith(".json") and _AGENT_NAME.match(entry.name.removesuffix(".json"))
+    )
 
 
 def load_rules(agent: str, override_dir: Path | None = None) -> RuleSet:

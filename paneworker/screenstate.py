@@ -348,6 +348,12 @@ class ScreenState:
         """What the rules read, as a cheap key: visible text generation and window title."""
         return self.terminal.text_generation, self.terminal.title
 
+    def compact_deadline(self) -> float | None:
+        """When ``after_step`` compacts the scrollback of a quiet pane, or None."""
+        if not self._uncompacted:
+            return None
+        return self.last_activity + COMPACT_AFTER_QUIET_S
+
     def rules_deadline(self) -> float | None:
         """When ``after_step`` next has screen-rule work, or None (for the loop's timeout)."""
         progress = self._rules

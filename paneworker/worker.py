@@ -5,10 +5,15 @@ signal wake-up pipe, and runs timers (heartbeat, descendant scan, orphan grace,
 delayed Enter). Every check-then-act that must be atomic (refuse input to a
 blocked pane, answer a dialog only at the expected turn, close only at the
 expected seq) runs inside one step of this loop.
+
+An idle pane costs nothing: the loop sleeps until the next deadline, the heartbeat
+comes every few seconds and the tree walk slows down when nothing happens
+(``pacing``); no timer of an idle worker fires more than once a second.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -18,8 +23,10 @@ from pathlib import Path
 
 import zmq
 
+from paneworker.forking import WORKER_PROCESS_NAME
 from paneworker.link import SupervisorLink
 from paneworker.oscalls import OsCalls
+from paneworker.pacing import BUSY_SCAN_S, ScanPacer
 from paneworker.program import Program
 from paneworker.reaper import Reaper
 from paneworker.requests import RequestHandler
@@ -31,9 +38,14 @@ from protocol.messages import Descendants, Exited, Heartbeat, Hello
 
 log = logging.getLogger(__name__)
 
-SCAN_INTERVAL_S = 0.25
+# The longest poll: only a guard, every timer has its own deadline.
+POLL_CAP_MS = 60_000
+# Periodic work (heartbeat, idle tree walk) due within this many heartbeat periods is
+# done at any wake-up rather than at its own.
+TIMER_SLACK_BEATS = 0.2
+
 # Heartbeat periods of silence after which Hello is re-sent.
-REINTRODUCE_AFTER_S = 2.5
+REINTRODUCE_AFTER_BEATS = 2.5
 
 
 @dataclass
@@ -41,7 +53,7 @@ class Timers:
     """Monotonic deadlines of the loop's periodic work."""
 
     heartbeat_at: float = 0.0
-    scan_at: float = 0.0
+    scan: ScanPacer = field(default_factory=lambda: ScanPacer(time.monotonic()))
     last_rx: float = field(default_factory=time.monotonic)
     orphan_deadline: float | None = None
 
@@ -52,8 +64,11 @@ class PaneWorker:
     def __init__(self, boot: BootRecord) -> None:
         self.boot = boot
         self.started_at = time.time()
-        self.reaper = Reaper(OsCalls(), os.getpid())
+        os_calls = OsCalls()
+        self.reaper = Reaper(os_calls, os.getpid())
         self.reaper.become_subreaper()
+        with contextlib.suppress(OSError):
+            os_calls.set_process_name(WORKER_PROCESS_NAME)
         rules_dir = Path(boot.rules_dir) if boot.rules_dir else None
         self.screen = ScreenState(
             boot, lambda msg: self.link.send(msg), rules=load_rules(boot.agent, rules_dir)
@@ -123,9 +138,10 @@ class PaneWorker:
                         poller.register(self.program.fd, want)
                     pty_mask = want
                 events = dict(poller.poll(self._poll_timeout_ms()))
-                if self._wake_r in events:
-                    self._drain_wake()
+                if self._wake_r in events and self._drain_wake():
+                    self.timers.scan.activity(time.monotonic())
                 if self.program is not None and self.program.fd in events:
+                    self.timers.scan.activity(time.monotonic())
                     self._service_pty(events[self.program.fd])
                 if self.link.socket in events:
                     for msg in self.link.receive_ready():
@@ -155,11 +171,20 @@ class PaneWorker:
         if self.screen.has_parse_work():
             return 0  # output waits to be parsed: look at the sockets, then parse on
         now = time.monotonic()
-        nxt = min(self.timers.heartbeat_at, self.timers.scan_at, self.requests.next_deadline())
-        for due in (self.screen.rules_deadline(), self.screen.parse_deadline()):
+        t = self.timers
+        nxt = min(t.heartbeat_at, t.scan.next_at, self.requests.next_deadline())
+        screen = self.screen
+        for due in (
+            screen.rules_deadline(),
+            screen.parse_deadline(),
+            screen.compact_deadline(),
+            t.orphan_deadline,
+            None if t.orphan_deadline is not None else t.last_rx + self.boot.orphan_after_s,
+        ):
             if due is not None:
                 nxt = min(nxt, due)
-        return max(0, min(1000, int((nxt - now) * 1000) + 1))
+        # Nothing to do before the next deadline: sleep until it (a wake-up per timer).
+        return max(0, min(POLL_CAP_MS, int((nxt - now) * 1000) + 1))
 
     def _service_pty(self, mask: int) -> None:
         prog = self.program
@@ -172,14 +197,33 @@ class PaneWorker:
     def _run_timers(self) -> None:
         now = time.monotonic()
         t = self.timers
-        if now >= t.scan_at:
-            t.scan_at = now + SCAN_INTERVAL_S
+        # Periodic work due within the slack rides on this wake-up rather than causing
+        # its own: an idle worker wakes about once per heartbeat, for everything.
+        soon = now + self.boot.heartbeat_s * TIMER_SLACK_BEATS
+        if t.scan.due(now) or (t.scan.next_at - now > BUSY_SCAN_S and t.scan.due(soon)):
+            t.scan.scanned(now)
             if self.reaper.scan():
                 self._send_descendants()
-        if now >= t.heartbeat_at:
+        if soon >= t.heartbeat_at:
             t.heartbeat_at = now + self.boot.heartbeat_s
             self._heartbeat(now)
+        self._check_orphaned(now)
+        if t.orphan_deadline is not None and now >= t.orphan_deadline:
+            log.warning("orphan grace over; closing the pane", extra={"pane": self.boot.pane})
+            self.running = False
         self.requests.run_due(now)
+
+    def _check_orphaned(self, now: float) -> None:
+        t = self.timers
+        silent_for = now - t.last_rx
+        if t.orphan_deadline is None and silent_for > self.boot.orphan_after_s:
+            t.orphan_deadline = now + self.boot.orphan_grace_s
+            log.warning(
+                "orphaned: no word from the supervisor for %.1fs; grace %.0fs",
+                silent_for,
+                self.boot.orphan_grace_s,
+                extra={"pane": self.boot.pane},
+            )
 
     def _keepalive(self) -> None:
         """During a long catch-up: keep heartbeats going out (incoming ones wait)."""
@@ -197,21 +241,8 @@ class PaneWorker:
         )
 
     def _heartbeat(self, now: float) -> None:
-        t = self.timers
-        silent_for = now - t.last_rx
-        if t.orphan_deadline is None and silent_for > self.boot.orphan_after_s:
-            t.orphan_deadline = now + self.boot.orphan_grace_s
-            log.warning(
-                "orphaned: no word from the supervisor for %.1fs; grace %.0fs",
-                silent_for,
-                self.boot.orphan_grace_s,
-                extra={"pane": self.boot.pane},
-            )
-        if t.orphan_deadline is not None and now >= t.orphan_deadline:
-            log.warning("orphan grace over; closing the pane", extra={"pane": self.boot.pane})
-            self.running = False
-            return
-        if silent_for > REINTRODUCE_AFTER_S * self.boot.heartbeat_s:
+        silent_for = now - self.timers.last_rx
+        if silent_for > REINTRODUCE_AFTER_BEATS * self.boot.heartbeat_s:
             # The supervisor may have restarted: a new one learns who we are from
             # Hello (and what to kill from Descendants) before it will talk to us.
             self.introduce()
@@ -273,12 +304,16 @@ class PaneWorker:
         self._stop_signal = signum
         self.running = False
 
-    def _drain_wake(self) -> None:
+    def _drain_wake(self) -> bool:
+        """Empty the wake-up pipe; True when a child exited (SIGCHLD) meanwhile."""
+        child_exited = False
         try:
-            while os.read(self._wake_r, 512):
-                pass
+            while data := os.read(self._wake_r, 512):
+                # The wake-up fd receives each signal's number as one byte.
+                child_exited = child_exited or signal.SIGCHLD in data
         except BlockingIOError:
-            return
+            pass
+        return child_exited
 
     def _shutdown(self) -> None:
         if self._stop_signal is not None:

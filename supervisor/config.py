@@ -55,6 +55,8 @@ class ServiceConfig:
     store_lock_wait_s: float = DEFAULT_STORE_LOCK_WAIT_S
     # Testing knob (PANEWARDEN_LEASE_TTL_MIN_S): the shortest controller lease ttl_s.
     lease_ttl_min_s: int = DEFAULT_LEASE_TTL_MIN_S
+    # PANEWARDEN_WORKER_TEMPLATE: fork workers from a warm template (else start each cold).
+    worker_template: bool = True
 
 
 def _bounded_float_env(
@@ -128,6 +130,15 @@ def _overflow_env(environ: Mapping[str, str]) -> str:
     return policy
 
 
+def _switch_env(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw not in ("on", "off"):
+        raise PanewardenError(ErrorCode.CONFIG_INVALID, f"{name} must be on or off")
+    return raw == "on"
+
+
 def _bounded_int_env(
     environ: Mapping[str, str], name: str, default: int, low: int, high: int
 ) -> int:
@@ -182,4 +193,5 @@ def load_config(environ: Mapping[str, str] | None = None) -> ServiceConfig:
         emulator=_emulator_env(env),
         output_buffer_bytes=_output_buffer_env(env),
         output_overflow=_overflow_env(env),
+        worker_template=_switch_env(env, "PANEWARDEN_WORKER_TEMPLATE", True),
     )

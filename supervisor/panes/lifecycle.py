@@ -102,7 +102,7 @@ class PaneLifecycle:
                 rows=rows,
                 environ=self._config.environ,
             )
-            handle = self._workers.spawn(
+            handle = await self._workers.spawn(
                 {
                     "pane": name,
                     "agent": spec.agent,

@@ -14,7 +14,9 @@ import contextlib
 import signal
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
+from protocol.timing import ORPHAN_AFTER_BEATS, heartbeat_period
 from supervisor.config import ServiceConfig
 from supervisor.panes import orphans
 from supervisor.panes.driving import PaneDriver
@@ -22,16 +24,24 @@ from supervisor.panes.lifecycle import PaneLifecycle
 from supervisor.panes.records import PaneRecords
 from supervisor.panes.registry import PaneRegistry
 from supervisor.panes.subprocesses import ManagedChildren
+from supervisor.panes.template import TemplateManager
 from supervisor.panes.watchdog import DEFAULT_PERIOD_S, Watchdog
 from supervisor.panes.workers import WorkerHandle, WorkerManager
 from supervisor.profiles.policy import ProfileSet
 
-SWEEP_INTERVAL_S = 1.0
+# A backstop only: SIGCHLD and every worker death sweep at once.
+SWEEP_INTERVAL_S = 5.0
 
 
 def demo_argv() -> list[str]:
     """How the built-in demo profile starts the bundled demo agent."""
     return [sys.executable, "-m", "supervisor.demo.agent"]
+
+
+def _backends(config: ServiceConfig, profiles: ProfileSet) -> list[str]:
+    """The emulator backends panes may use: the template imports them before forking."""
+    named = (profiles.get(name).emulator for name in profiles.names())
+    return sorted({config.emulator, *(kind for kind in named if kind)})
 
 
 class PaneService:
@@ -48,11 +58,23 @@ class PaneService:
         self.config = config
         self.profiles = profiles
         self.registry = PaneRegistry()
+        heartbeat_s = heartbeat_period(config.heartbeat_loss_s)
+        self.template = TemplateManager(
+            config.state_dir,
+            # The worker socket's own private directory (ipc://DIR/supervisor.ipc).
+            Path(endpoint.removeprefix("ipc://")).parent,
+            config.environ,
+            enabled=config.worker_template,
+            orphan_after_s=ORPHAN_AFTER_BEATS * heartbeat_s,
+            orphan_grace_s=config.orphan_grace_s,
+            preload=_backends(config, profiles),
+        )
         self.workers = WorkerManager(
             endpoint,
             self.registry.on_worker_event,
             self._on_death,
             heartbeat_loss_s=config.heartbeat_loss_s,
+            template=self.template,
         )
         self.records = PaneRecords(config.state_dir)
         self.lifecycle = PaneLifecycle(
@@ -76,6 +98,7 @@ class PaneService:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGCHLD, self._sweep)
         self._sweeper = loop.create_task(self._sweep_loop(), name="leftover-sweeper")
+        await self.template.start()
         await self.lifecycle.readopt()
         self.watchdog.start()
 
@@ -89,6 +112,7 @@ class PaneService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
         await self.children.close()
+        await self.template.stop(keep=keep_panes)
         asyncio.get_running_loop().remove_signal_handler(signal.SIGCHLD)
         await self.workers.close()
 
@@ -102,8 +126,8 @@ class PaneService:
             self._sweep()
 
     def _managed_pids(self) -> set[int]:
-        # Workers and running helpers: every other child is a leftover.
-        return self.workers.managed_pids() | self.children.pids()
+        # Workers, templates and running helpers: every other child is a leftover.
+        return self.workers.managed_pids() | self.template.pids() | self.children.pids()
 
     def _sweep(self) -> None:
         orphans.sweep_leftovers(self._managed_pids)

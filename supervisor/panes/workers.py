@@ -1,9 +1,11 @@
 """The worker manager: spawn pane workers, talk to them, notice when they die.
 
 The supervisor binds one ROUTER socket; every worker connects a DEALER whose
-routing id is its pane instance id. A worker is ready once it sent ``Hello`` with
-the right protocol version and the proof of its secret (the secret reached it on
-an inherited pipe; only its hash is kept here). Death is noticed through the
+routing id is its pane instance id. A worker is forked from the worker template
+(``template``) or, when no template can, started cold as ``python -m paneworker``.
+Either way it is ready once it sent ``Hello`` with the right protocol version and the
+proof of its secret (the secret reached it on a pipe; only its hash is kept here),
+from the pid it was started as (``SO_PEERCRED``). Death is noticed through the
 worker's pidfd (no polling) or, for a hung worker, heartbeat loss.
 """
 
@@ -13,7 +15,6 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import importlib.util
 import itertools
 import logging
 import os
@@ -24,7 +25,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import zmq
 import zmq.asyncio
@@ -44,7 +44,9 @@ from protocol.messages import (
     ToSupervisor,
     ToWorker,
 )
-from protocol.timing import DEFAULT_HEARTBEAT_LOSS_S, HEARTBEAT_S
+from protocol.timing import DEFAULT_HEARTBEAT_LOSS_S, ORPHAN_AFTER_BEATS, heartbeat_period
+from supervisor.panes.template import TemplateManager, TemplateUnavailable
+from supervisor.panes.worker_env import worker_env
 from supervisor.procfs import process_start_ticks
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,8 @@ HANDSHAKE_TIMEOUT_S = 20.0
 # How often a re-adopted worker is asked to introduce itself until it does.
 INTRODUCE_RETRY_S = 0.05
 MAX_INLINE_BOOT = 60_000  # stays below a pipe buffer, so the write cannot block
+# How long after a worker's death its requests may still get the replies it sent.
+REPLIES_AFTER_DEATH_S = 0.2
 
 Reply = Ok | Failed | ScreenText | Closed
 
@@ -80,30 +84,20 @@ class WorkerHandle:
     introduced: bool = False
     # The worker's start time (clock ticks since boot): with ``pid``, which process it is.
     start_ticks: int | None = None
+    # True for a worker this supervisor started (cold, or forked by its proven template).
+    spawned: bool = False
+    # A Hello that came before the template said which pid it forked (checked then).
+    early_hello: tuple[Hello, int | None] | None = None
 
     @property
     def proven(self) -> bool:
         """True once this process is known to be our worker: we spawned it, or its Hello
         proved the secret. Only a proven worker is ever signalled."""
-        return self.proc is not None or self.introduced
+        return self.spawned or self.introduced
 
 
 EventSink = Callable[[WorkerHandle, ToSupervisor], None]
 DeathSink = Callable[[WorkerHandle], None]
-
-
-def _worker_env(environ: dict[str, str]) -> dict[str, str]:
-    """The worker's own environment: enough to run Python, nothing secret."""
-    env: dict[str, str] = {
-        k: environ[k] for k in ("PATH", "HOME", "LANG", "PANEWARDEN_LOG_LEVEL") if k in environ
-    }
-    spec = importlib.util.find_spec("protocol")
-    roots = [] if spec is None or spec.origin is None else [str(Path(spec.origin).parent.parent)]
-    if environ.get("PYTHONPATH"):
-        roots.append(environ["PYTHONPATH"])
-    if roots:
-        env["PYTHONPATH"] = os.pathsep.join(roots)
-    return env
 
 
 class WorkerManager:
@@ -115,9 +109,12 @@ class WorkerManager:
         on_event: EventSink,
         on_death: DeathSink,
         heartbeat_loss_s: float = DEFAULT_HEARTBEAT_LOSS_S,
+        template: TemplateManager | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self._template = template
         self._heartbeat_loss_s = heartbeat_loss_s
+        self.heartbeat_s = heartbeat_period(heartbeat_loss_s)
         self._on_event = on_event
         self._on_death = on_death
         self._ctx = zmq.asyncio.Context()
@@ -167,8 +164,9 @@ class WorkerManager:
 
     # ------------------------------------------------------------ spawning
 
-    def spawn(self, boot_fields: dict[str, object], environ: dict[str, str]) -> WorkerHandle:
-        """Start a worker for a pane; the caller awaits ``handle.ready``.
+    async def spawn(self, boot_fields: dict[str, object], environ: dict[str, str]) -> WorkerHandle:
+        """Start a worker for a pane (forked from the template, else cold); the caller
+        awaits ``handle.ready``.
 
         Raises PanewardenError(spawn_failed) when the process cannot be started.
         """
@@ -179,11 +177,58 @@ class WorkerManager:
             instance=instance,
             secret=secret,
             endpoint=self.endpoint,
+            heartbeat_s=self.heartbeat_s,
+            orphan_after_s=ORPHAN_AFTER_BEATS * self.heartbeat_s,
             **boot_fields,  # type: ignore[arg-type]
         )
         data = encode_boot(boot)
         if len(data) > MAX_INLINE_BOOT:
             raise PanewardenError(ErrorCode.SPAWN_FAILED, "launch spec too large")
+        loop = asyncio.get_running_loop()
+        # Known before the process exists, so its Hello always finds its handle.
+        handle = WorkerHandle(
+            pane=str(boot_fields["pane"]),
+            instance=instance,
+            pid=0,
+            secret_hash=hashlib.sha256(secret).digest(),
+            proc=None,
+            pidfd=-1,
+            ready=loop.create_future(),
+            spawned=True,
+        )
+        self.by_instance[instance] = handle
+        try:
+            if not await self._fork(handle, data):
+                self._spawn_cold(handle, data, environ)
+        except BaseException:
+            self.by_instance.pop(instance, None)
+            raise
+        loop.add_reader(handle.pidfd, self._on_pidfd, handle)
+        if handle.early_hello is not None:
+            hello, peer = handle.early_hello
+            handle.early_hello = None
+            self._check_hello(handle, hello, peer)
+        return handle
+
+    async def _fork(self, handle: WorkerHandle, boot: bytes) -> bool:
+        """Fork the worker from the template; False when the template cannot (logged)."""
+        template = self._template
+        if template is None or not template.enabled:
+            return False
+        try:
+            forked = await template.fork(boot)
+        except TemplateUnavailable as exc:
+            log.warning(
+                "worker template unavailable (%s); starting the worker cold",
+                exc,
+                extra={"pane": handle.pane},
+            )
+            return False
+        handle.pid, handle.pidfd, handle.start_ticks = forked.pid, forked.pidfd, forked.start_ticks
+        return True
+
+    def _spawn_cold(self, handle: WorkerHandle, boot: bytes, environ: dict[str, str]) -> None:
+        """Start the worker as a new interpreter (``python -m paneworker``)."""
         read_fd, write_fd = os.pipe()
         try:
             proc = subprocess.Popen(
@@ -191,7 +236,7 @@ class WorkerManager:
                 pass_fds=(read_fd,),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,  # stdout may be the MCP channel
-                env=_worker_env(environ),
+                env=worker_env(environ),
                 cwd="/",
                 start_new_session=True,
             )
@@ -200,26 +245,16 @@ class WorkerManager:
             raise PanewardenError(ErrorCode.SPAWN_FAILED, f"cannot start a worker: {exc}") from exc
         finally:
             os.close(read_fd)
-        loop = asyncio.get_running_loop()
-        # Registered before any await, so the orphan reaper never mistakes it.
-        handle = WorkerHandle(
-            pane=str(boot_fields["pane"]),
-            instance=instance,
-            pid=proc.pid,
-            secret_hash=hashlib.sha256(secret).digest(),
-            proc=proc,
-            pidfd=os.pidfd_open(proc.pid),
-            ready=loop.create_future(),
-            # Our unreaped child: its pid cannot have been reused yet.
-            start_ticks=process_start_ticks(proc.pid),
-        )
-        self.by_instance[instance] = handle
-        loop.add_reader(handle.pidfd, self._on_pidfd, handle)
+        # Set before any await, so the orphan reaper never mistakes it.
+        handle.proc = proc
+        handle.pid = proc.pid
+        handle.pidfd = os.pidfd_open(proc.pid)
+        # Our unreaped child: its pid cannot have been reused yet.
+        handle.start_ticks = process_start_ticks(proc.pid)
         try:
-            os.write(write_fd, data)
+            os.write(write_fd, boot)
         finally:
             os.close(write_fd)
-        return handle
 
     async def wait_ready(
         self, handle: WorkerHandle, timeout_s: float = HANDSHAKE_TIMEOUT_S
@@ -294,7 +329,7 @@ class WorkerManager:
                 "not signalling unproven process %d", handle.pid, extra={"pane": handle.pane}
             )
             return
-        if not handle.dead:
+        if not handle.dead and handle.pidfd >= 0:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(handle.pidfd, signal.SIGKILL)
 
@@ -372,6 +407,13 @@ class WorkerManager:
 
     def _on_hello(self, handle: WorkerHandle, hello: Hello, frame: zmq.Frame) -> None:
         peer_pid = _peer_pid(frame)
+        if handle.pid == 0:
+            # Forked, but the template's answer naming the pid is still on its way.
+            handle.early_hello = (hello, peer_pid)
+            return
+        self._check_hello(handle, hello, peer_pid)
+
+    def _check_hello(self, handle: WorkerHandle, hello: Hello, peer_pid: int | None) -> None:
         proof_ok = hmac.compare_digest(hashlib.sha256(hello.proof).digest(), handle.secret_hash)
         if hello.protocol_version != PROTOCOL_VERSION or not proof_ok:
             log.error(
@@ -394,7 +436,7 @@ class WorkerManager:
 
     async def _heartbeat_loop(self) -> None:
         while True:
-            await asyncio.sleep(HEARTBEAT_S)
+            await asyncio.sleep(self.heartbeat_s)
             now = time.monotonic()
             for handle in list(self.by_instance.values()):
                 if handle.dead or not handle.ready.done():
@@ -414,11 +456,9 @@ class WorkerManager:
             # The pidfd is readable: the process has exited, so this wait is immediate.
             handle.exit_code = handle.proc.wait(timeout=5)
         handle.died.set()
-        for future in handle.pending.values():
-            if not future.done():
-                future.set_exception(
-                    PanewardenError(ErrorCode.WORKER_LOST, "the pane's worker died")
-                )
+        # Its last replies (a Closed, say) may still be on their way through the socket:
+        # requests fail only if nothing answers them by then.
+        loop.call_later(REPLIES_AFTER_DEATH_S, _fail_pending, handle)
         if not handle.ready.done():
             handle.ready.set_exception(
                 PanewardenError(ErrorCode.SPAWN_FAILED, "the pane worker died while starting")
@@ -438,6 +478,12 @@ class WorkerManager:
         with contextlib.suppress(OSError):
             os.close(handle.pidfd)
         handle.pidfd = -1
+
+
+def _fail_pending(handle: WorkerHandle) -> None:
+    for future in handle.pending.values():
+        if not future.done():
+            future.set_exception(PanewardenError(ErrorCode.WORKER_LOST, "the pane's worker died"))
 
 
 def _peer_pid(frame: zmq.Frame) -> int | None:
