@@ -34,8 +34,8 @@ def state_dir(tmp_path: Path) -> Path:
 
 
 # Passed on from the test run to every service under test: the suite (or a directory of
-# it) runs on the emulator backend this names.
-PASSED_ON = ("PANEWARDEN_EMULATOR",)
+# it) runs on the emulator backend this names, with or without the worker template.
+PASSED_ON = ("PANEWARDEN_EMULATOR", "PANEWARDEN_WORKER_TEMPLATE")
 
 
 def service_env(state_dir: Path, **extra: str) -> dict[str, str]:

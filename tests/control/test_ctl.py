@@ -23,14 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil
 import pytest
 from mcp import Client
 
 from supervisor.control.attestation import PaneAnchor, ProcessKey, match_ancestry
 from supervisor.control.ctl_wire import MAX_REQUEST_BYTES
 from tests.conftest import REPO, Tools, eventually, stdio_params
-from tests.faults import alive, key_of, start_ticks
+from tests.faults import alive, key_of, start_ticks, supervisor_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
@@ -505,7 +504,7 @@ async def test_a_pane_readopted_after_a_supervisor_crash_is_still_attested(
             "--authority-sha256", SHA,
         )  # fmt: skip
         assert acquired.rc == 0, acquired
-        supervisor = key_of(psutil.Process(coord.info["worker_pid"]).ppid())
+        supervisor = key_of(supervisor_of(coord.info["worker_pid"]) or 0)
         assert supervisor is not None
         # A crash: the worker and the runner outlive the supervisor.
         os.kill(supervisor[0], signal.SIGKILL)

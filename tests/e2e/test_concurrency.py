@@ -93,7 +93,7 @@ async def test_sixteen_panes_driven_concurrently(state_dir: Path, tmp_path: Path
                 for name in names:
                     tg.start_soon(remove, name)
             assert (await tools.call("list_panes"))["panes"] == []
-            gone = await until(lambda: not survivors(known) and not marks.everything(), 5)
-            assert gone, describe(set(survivors(known)) | marks.everything())
+            gone = await until(lambda: not survivors(known) and not marks.panes(), 5)
+            assert gone, describe(set(survivors(known)) | marks.panes())
     finally:
         sigkill_all(known | marks.everything())

@@ -35,7 +35,13 @@ async def test_profile_emulator_picks_the_backend_per_pane(tmp_path: Path, state
     ]
     pfile = tmp_path / "profiles.json"
     pfile.write_text(json.dumps({"profiles": profiles}))
-    env = {"PANEWARDEN_PROFILES": str(pfile), "PANEWARDEN_EMULATOR": "pyte"}
+    # Cold workers: a backend's library is then mapped only by the worker that uses it
+    # (the worker template maps every backend it preloads, so its forks all show it).
+    env = {
+        "PANEWARDEN_PROFILES": str(pfile),
+        "PANEWARDEN_EMULATOR": "pyte",
+        "PANEWARDEN_WORKER_TEMPLATE": "off",
+    }
     async with Client(stdio_params(state_dir, **env)) as client:
         tools = Tools(client)
         workers = {}

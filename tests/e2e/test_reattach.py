@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import Tools, eventually, stdio_params
-from tests.faults import start_ticks
+from tests.faults import start_ticks, supervisor_of
 
 pytestmark = pytest.mark.anyio
 
@@ -27,7 +27,8 @@ async def test_a_new_supervisor_readopts_a_killed_ones_panes(state_dir: Path) ->
         idle = await tools.wait("keep", until=["idle"])
         await tools.call("send_input", name="keep", text="before the crash")
         done = await tools.wait("keep", after=idle["seq"], until=["done"])
-        supervisor = psutil.Process(pane["worker_pid"]).ppid()
+        supervisor = supervisor_of(pane["worker_pid"])
+        assert supervisor is not None
         # A crash: no graceful stop, so the worker keeps running, orphaned.
         os.kill(supervisor, signal.SIGKILL)
         assert await eventually(lambda: _gone(supervisor), timeout_s=10)
@@ -74,7 +75,8 @@ async def test_removing_a_pane_right_after_a_restart_closes_it_in_order(state_di
         tools = Tools(client)
         pane = (await tools.call("start_pane", name="soon", profile="demo"))["pane"]
         await tools.wait("soon", until=["idle"])
-        supervisor = psutil.Process(pane["worker_pid"]).ppid()
+        supervisor = supervisor_of(pane["worker_pid"])
+        assert supervisor is not None
         os.kill(supervisor, signal.SIGKILL)
         assert await eventually(lambda: _gone(supervisor), timeout_s=10)
     async with Client(stdio_params(state_dir)) as client:

@@ -56,7 +56,7 @@ async def test_sixteen_concurrent_starts_of_one_name_make_one_pane(
             assert len(marks.all_pane_procs()) == 1, describe(marks.all_pane_procs())
             assert len(marks.workers()) == 1, describe(marks.workers())
             await tools.call("remove_pane", name="same")
-            assert await until(lambda: not marks.everything(), 5), describe(marks.everything())
+            assert await until(lambda: not marks.panes(), 5), describe(marks.panes())
     finally:
         sigkill_all(marks.everything())
 

@@ -70,6 +70,15 @@ def ppid(pid: int) -> int | None:
     return int(fields[1]) if fields is not None else None
 
 
+def supervisor_of(worker_pid: int) -> int | None:
+    """The supervisor of a pane worker: its parent, or its parent's parent when the worker
+    was forked by the worker template (None if either is gone)."""
+    parent = ppid(worker_pid)
+    if parent is not None and comm(parent) == TEMPLATE_NAME:
+        return ppid(parent)
+    return parent
+
+
 def key_of(pid: int) -> ProcKey | None:
     """(pid, start ticks) of a live process, None if it is gone."""
     ticks = start_ticks(pid)
@@ -231,11 +240,35 @@ class Marks:
         return set(with_arg(lambda a: a.startswith(prefix)))
 
     def workers(self) -> set[ProcKey]:
-        """Live workers started by a supervisor with ``env()``."""
+        """Live workers started by a supervisor with ``env()`` (cold or forked)."""
+        return {k for k in self._service_procs() if comm(k[0]) != TEMPLATE_NAME}
+
+    def templates(self) -> set[ProcKey]:
+        """Live worker templates started by a supervisor with ``env()``."""
+        return {k for k in self._service_procs() if comm(k[0]) == TEMPLATE_NAME}
+
+    def _service_procs(self) -> set[ProcKey]:
         return {k for k in with_env_text(self.worker_text) if b"paneworker" in _cmdline(k[0])}
 
-    def everything(self) -> set[ProcKey]:
+    def panes(self) -> set[ProcKey]:
+        """What the panes own: their programs and workers (not the service's template)."""
         return self.all_pane_procs() | self.workers()
+
+    def everything(self) -> set[ProcKey]:
+        """Every marked process, the templates included: none may outlive the service."""
+        return self.all_pane_procs() | self._service_procs()
+
+
+TEMPLATE_NAME = "pw-template"
+"""The process name (``comm``) of the worker template; workers call themselves pw-worker."""
+
+
+def comm(pid: int) -> str | None:
+    """The process name, None if the pid is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
 
 
 def _cmdline(pid: int) -> bytes:

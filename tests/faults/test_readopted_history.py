@@ -19,7 +19,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import Tools, stdio_params
-from tests.faults import Marks, key_of, ppid, sigkill_all
+from tests.faults import Marks, key_of, sigkill_all, supervisor_of
 
 pytestmark = pytest.mark.anyio
 
@@ -47,7 +47,7 @@ async def test_a_wait_after_a_cursor_from_before_a_restart_misses_nothing(
                 again = await tools.wait("hist", after=sent["seq"], until=["blocked"])
                 assert again == blocked, (again, blocked)
                 worker = key_of(pane["pane"]["worker_pid"])
-                supervisor = ppid(pane["pane"]["worker_pid"])
+                supervisor = supervisor_of(pane["pane"]["worker_pid"])
                 assert worker is not None and supervisor is not None
                 os.kill(supervisor, signal.SIGKILL)
         except* CLIENT_GONE:

@@ -73,14 +73,15 @@ pytestmark = pytest.mark.anyio
 WORKER_KILLS = 4
 CHAOS_STEP_WITHIN_S = 120.0
 RUN_WITHIN_S = 240.0
-# Workers give up on a silent service 5 s (silence) + this grace after its kill: long
+# Workers give up on a silent service 15 s (silence) + this grace after its kill: long
 # enough for the new one to start on a loaded machine and re-adopt them, short enough for
 # an orphan it cannot re-adopt (a start the killed one never recorded) to be gone by the
 # end of the run.
 ORPHAN_GRACE_S = "10"
-ALL_GONE_WITHIN_S = 20.0
-# The service kills what a dead worker left at once and sweeps re-parented leftovers every
-# second; the bound only catches a service that never does.
+ALL_GONE_WITHIN_S = 30.0
+# The service and the worker template kill what a dead worker left at once (and the
+# service sweeps re-parented leftovers every few seconds); the bound only catches a service
+# that never does.
 SWEEP_WITHIN_S = 5.0
 SAMPLE_EVERY_S = 0.2
 FAULT_DELAY_MAX_S = 0.3
@@ -111,11 +112,12 @@ def sigkill_worker(pid: int, marks: Marks, ledger: Ledger) -> ProcKey | None:
 
 
 def awaiting_sweep(soak: Soak) -> set[ProcKey]:
-    """Pane processes the service adopted from a dead worker and has not killed yet."""
+    """Pane processes the service (or its worker template) adopted from a dead worker and
+    has not killed yet."""
     assert soak.service.proc is not None
-    service = soak.service.proc.pid
+    reapers = {soak.service.proc.pid} | {pid for pid, _ in soak.marks.templates()}
     prefix = f"--pw-mark={soak.marks.run}-".encode()
-    return {key for key in with_arg(lambda a: a.startswith(prefix)) if ppid(key[0]) == service}
+    return {key for key in with_arg(lambda a: a.startswith(prefix)) if ppid(key[0]) in reapers}
 
 
 async def kill_a_worker(soak: Soak, rng: random.Random) -> None:

@@ -18,7 +18,16 @@ import pytest
 from mcp import Client
 
 from tests.conftest import Tools, stdio_params
-from tests.faults import Marks, ProcKey, describe, key_of, ppid, sigkill_all, survivors, until
+from tests.faults import (
+    Marks,
+    ProcKey,
+    describe,
+    key_of,
+    sigkill_all,
+    supervisor_of,
+    survivors,
+    until,
+)
 from tests.faults.test_supervisor_kill import CLIENT_GONE
 
 pytestmark = pytest.mark.anyio
@@ -50,7 +59,7 @@ async def _panes_then_signals(
             grandchild = key_of(int(match["line"].split()[1]))
             assert grandchild is not None
             known.add(grandchild)
-            server = ppid(pane["worker_pid"])
+            server = supervisor_of(pane["worker_pid"])
             assert server is not None
             known.add(key_of(server) or (server, 0))
             for delay_s, signum in signals:

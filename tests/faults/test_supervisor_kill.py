@@ -1,10 +1,12 @@
 """SIGKILL of the supervisor: orphaned workers clean up after the grace; one supervisor per
 state dir, and the lock is free again once the holder is SIGKILLed.
 
-With ``PANEWARDEN_ORPHAN_GRACE_S=2`` a worker notices the silence after 5 s, waits the
-grace, kills its tree and exits: nothing of any pane may survive 12 s after the kill,
-whether the supervisor died with panes idle, mid-turn or mid-start. Seed the random kill
-moments with ``PANEWARDEN_TEST_SEED``.
+With ``PANEWARDEN_ORPHAN_GRACE_S=2`` a worker notices the silence after three heartbeats
+(15 s), waits the grace, kills its tree and exits; the worker template, which saw its
+connection close at once, waits as long and for its workers, then exits: nothing of any
+pane, and no template, may survive 25 s after the kill, whether the supervisor died with
+panes idle, mid-turn or mid-start. Seed the random kill moments with
+``PANEWARDEN_TEST_SEED``.
 """
 
 from __future__ import annotations
@@ -23,15 +25,16 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from protocol.timing import HEARTBEAT_S, ORPHAN_AFTER_S
 from tests.conftest import REPO, Tools, service_env, stdio_params
 from tests.faults import (
     Marks,
     ProcKey,
     describe,
     key_of,
-    ppid,
     seeded_rng,
     sigkill_all,
+    supervisor_of,
     survivors,
     until,
 )
@@ -39,8 +42,9 @@ from tests.faults import (
 pytestmark = pytest.mark.anyio
 
 ORPHAN_GRACE_S = "2"
-ALL_GONE_WITHIN_S = 12.0
-ORPHANED_AFTER_S = 5.0
+ALL_GONE_WITHIN_S = ORPHAN_AFTER_S + float(ORPHAN_GRACE_S) + 8.0
+# A worker's silence began with the last heartbeat it heard, up to one period before.
+ORPHANED_AFTER_S = ORPHAN_AFTER_S - HEARTBEAT_S + float(ORPHAN_GRACE_S)
 # A turn of the demo agent takes ~0.1 s and a start ~0.3 s: kill before, during or after.
 MAX_DELAY_S = 0.6
 ROUNDS = 2
@@ -74,7 +78,7 @@ async def _round(tmp: Path, seed: int, round_no: int, delay: float) -> None:
             f"{describe(set(survivors(known)) | marks.everything())}"
         )
         # Workers outlive the supervisor (a new one could re-adopt them): they give up only
-        # after 5 s of silence plus the grace.
+        # after three heartbeats of silence plus the grace.
         assert gone_after >= ORPHANED_AFTER_S, f"{where}: all gone after only {gone_after:.1f}s"
         print(f"{where}: {len(known)} processes, all gone {gone_after:.1f}s after the kill")
     finally:
@@ -90,7 +94,7 @@ async def _drive_and_kill(state: Path, marks: Marks, known: set[ProcKey], delay:
         async with client:
             tools = Tools(client)
             panes = [await _start(tools, marks, n, i) for i, n in enumerate(PANES)]
-            supervisor = ppid(panes[0]["worker_pid"])
+            supervisor = supervisor_of(panes[0]["worker_pid"])
             assert supervisor is not None
             for pane in panes:
                 await tools.wait(pane["name"], until=["idle"])
@@ -164,7 +168,7 @@ async def test_one_supervisor_per_state_dir_and_restart_after_sigkill(
                 tools = Tools(first)
                 pane = await _start(tools, marks, "before", 0)
                 known |= {k for p in (pane["pid"], pane["worker_pid"]) if (k := key_of(p))}
-                supervisor = ppid(pane["worker_pid"])
+                supervisor = supervisor_of(pane["worker_pid"])
                 assert supervisor is not None
                 await tools.wait("before", until=["idle"])
                 await tools.call("send_input", name="before", text="spawn before the crash")
@@ -193,7 +197,7 @@ async def test_one_supervisor_per_state_dir_and_restart_after_sigkill(
             tools = Tools(client)
             pane = await _start(tools, marks, "after", 1)
             known |= {k for p in (pane["pid"], pane["worker_pid"]) if (k := key_of(p))}
-            assert ppid(pane["worker_pid"]) != supervisor
+            assert supervisor_of(pane["worker_pid"]) != supervisor
             idle = await tools.wait("after", until=["idle"])
             await tools.call("send_input", name="after", text="served by the second one")
             await tools.wait("after", after=idle["seq"], until=["done"])

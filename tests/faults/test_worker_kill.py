@@ -20,14 +20,16 @@ from mcp import Client
 
 from tests.conftest import Tools, stdio_params
 from tests.faults import (
+    TEMPLATE_NAME,
     Marks,
     ProcKey,
     children,
+    comm,
     describe,
     key_of,
-    ppid,
     seeded_rng,
     sigkill_all,
+    supervisor_of,
     survivors,
     until,
     zombie_children,
@@ -47,15 +49,21 @@ def _age_s(key: ProcKey) -> float:
 
 
 async def _assert_supervisor_clean(supervisor: int, workers: set[int], why: str) -> None:
-    """No zombie children, and no child other than a live worker, within 2 s."""
+    """Neither the supervisor nor its worker template has a zombie child, or a child other
+    than a live worker (or the template), within 2 s."""
+
+    def parents() -> list[int]:
+        return [supervisor, *(c for c in children(supervisor) if comm(c) == TEMPLATE_NAME)]
 
     def clean() -> bool:
-        return not zombie_children(supervisor) and set(children(supervisor)) <= workers
+        found = parents()
+        allowed = workers | set(found[1:])
+        return all(not zombie_children(p) and set(children(p)) <= allowed for p in found)
 
     assert await until(clean, 2.0), (
-        f"{why}: supervisor {supervisor} children: "
-        f"{describe(k for c in children(supervisor) if (k := key_of(c)) is not None)}; "
-        f"zombies {zombie_children(supervisor)}; live workers {sorted(workers)}"
+        f"{why}: children of supervisor {supervisor} and template: "
+        f"{describe(k for p in parents() for c in children(p) if (k := key_of(c)) is not None)}; "
+        f"zombies {[zombie_children(p) for p in parents()]}; live workers {sorted(workers)}"
     )
 
 
@@ -83,8 +91,8 @@ async def test_worker_sigkill_right_after_a_detached_spawn(state_dir: Path, tmp_
                     "start_pane", name="other", profile="demo", extra_args=[marks.arg(1)]
                 )
             )["pane"]
-            supervisor = ppid(victim["worker_pid"])
-            assert supervisor is not None and supervisor == ppid(other["worker_pid"])
+            supervisor = supervisor_of(victim["worker_pid"])
+            assert supervisor is not None and supervisor == supervisor_of(other["worker_pid"])
             idle = await tools.wait("victim", until=["idle"])
             await tools.wait("other", until=["idle"])
             program = key_of(victim["pid"])
@@ -151,7 +159,7 @@ async def test_worker_sigkill_at_random_moments(state_dir: Path, tmp_path: Path)
                     "start_pane", name="keeper", profile="demo", extra_args=[marks.arg(0)]
                 )
             )["pane"]
-            supervisor = ppid(keeper["worker_pid"])
+            supervisor = supervisor_of(keeper["worker_pid"])
             assert supervisor is not None
             await tools.wait("keeper", until=["idle"])
             for i in range(1, iterations + 1):
@@ -164,7 +172,7 @@ async def test_worker_sigkill_at_random_moments(state_dir: Path, tmp_path: Path)
                         "start_pane", name=name, profile="demo", extra_args=[marks.arg(i)]
                     )
                 )["pane"]
-                assert ppid(pane["worker_pid"]) == supervisor
+                assert supervisor_of(pane["worker_pid"]) == supervisor
                 idle = await tools.wait(name, until=["idle"])
                 program, worker = key_of(pane["pid"]), key_of(pane["worker_pid"])
                 assert program is not None and worker is not None, where
