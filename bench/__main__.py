@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from bench import (
+    idle,
     lanes,
     lossless,
     memory,
@@ -35,6 +36,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "worker_death": worker_death.run,
     "tool_list": tool_list.run,
     "lanes": lanes.run,
+    "idle": idle.run,
 }
 
 
