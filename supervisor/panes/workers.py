@@ -170,6 +170,28 @@ class WorkerManager:
 
         Raises PanewardenError(spawn_failed) when the process cannot be started.
         """
+        loop = asyncio.get_running_loop()
+        handle, data = self._new_handle(boot_fields)
+        try:
+            if not await self._fork(handle, data):
+                # A fork that failed may still have made a process (its template died
+                # before saying so): the cold worker gets an identity of its own.
+                self.by_instance.pop(handle.instance, None)
+                handle, data = self._new_handle(boot_fields)
+                self._spawn_cold(handle, data, environ)
+        except BaseException:
+            self.by_instance.pop(handle.instance, None)
+            raise
+        loop.add_reader(handle.pidfd, self._on_pidfd, handle)
+        if handle.early_hello is not None:
+            hello, peer = handle.early_hello
+            handle.early_hello = None
+            self._check_hello(handle, hello, peer)
+        return handle
+
+    def _new_handle(self, boot_fields: dict[str, object]) -> tuple[WorkerHandle, bytes]:
+        """A handle for a worker about to be started, registered before the process exists
+        (so its Hello always finds it), and its encoded boot record."""
         secret = secrets.token_bytes(32)
         instance = secrets.token_hex(8)
         boot = BootRecord(
@@ -184,8 +206,6 @@ class WorkerManager:
         data = encode_boot(boot)
         if len(data) > MAX_INLINE_BOOT:
             raise PanewardenError(ErrorCode.SPAWN_FAILED, "launch spec too large")
-        loop = asyncio.get_running_loop()
-        # Known before the process exists, so its Hello always finds its handle.
         handle = WorkerHandle(
             pane=str(boot_fields["pane"]),
             instance=instance,
@@ -193,22 +213,11 @@ class WorkerManager:
             secret_hash=hashlib.sha256(secret).digest(),
             proc=None,
             pidfd=-1,
-            ready=loop.create_future(),
+            ready=asyncio.get_running_loop().create_future(),
             spawned=True,
         )
         self.by_instance[instance] = handle
-        try:
-            if not await self._fork(handle, data):
-                self._spawn_cold(handle, data, environ)
-        except BaseException:
-            self.by_instance.pop(instance, None)
-            raise
-        loop.add_reader(handle.pidfd, self._on_pidfd, handle)
-        if handle.early_hello is not None:
-            hello, peer = handle.early_hello
-            handle.early_hello = None
-            self._check_hello(handle, hello, peer)
-        return handle
+        return handle, data
 
     async def _fork(self, handle: WorkerHandle, boot: bytes) -> bool:
         """Fork the worker from the template; False when the template cannot (logged)."""
