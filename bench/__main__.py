@@ -15,12 +15,15 @@ import time
 from pathlib import Path
 
 from bench import (
+    calls,
     idle,
     lanes,
     lossless,
     memory,
     pane_vs_tmux,
     panes,
+    replay,
+    startup,
     throughput,
     tool_list,
     worker_death,
@@ -36,7 +39,10 @@ BENCHMARKS: dict[str, Benchmark] = {
     "worker_death": worker_death.run,
     "tool_list": tool_list.run,
     "lanes": lanes.run,
+    "startup": startup.run,
     "idle": idle.run,
+    "replay": replay.run,
+    "calls": calls.run,
 }
 
 

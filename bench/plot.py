@@ -1,8 +1,10 @@
-"""Draw the throughput figures of a benchmark run as an SVG bar chart (no dependencies).
+"""Draw a benchmark run's figures as SVG charts (no dependencies).
 
-``python -m bench.plot bench-results.json docs/benchmarks-throughput.svg``: one bar per
-emulator backend and one for the stock-pyte reference, on a log scale, each labelled
-with its median MB/s; the goals are drawn as marks.
+``python -m bench.plot bench-results.json docs/benchmarks-throughput.svg
+[docs/benchmarks-idle.svg]``: the throughput chart has one bar per emulator backend and
+one for the stock-pyte reference, on a log scale, each labelled with its median MB/s,
+the goals drawn as marks; the idle chart draws the idle CPU of the service against the
+pane count, one line per backend, with the goal as a dashed line.
 """
 
 from __future__ import annotations
@@ -84,10 +86,83 @@ def svg(bars: list[tuple[str, float, float | None]], title: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def _idle_points(data: dict[str, object]) -> dict[str, list[tuple[int, float]]]:
+    """Per backend: (pane count, median % of a core) from the ``idle.*.cpu_at_N_panes``."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for fig in data["figures"]:  # type: ignore[union-attr]
+        parts = str(fig["name"]).split(".")
+        if len(parts) == 3 and parts[0] == "idle" and parts[2].startswith("cpu_at_"):
+            count = int(parts[2].removeprefix("cpu_at_").removesuffix("_panes"))
+            series.setdefault(parts[1], []).append((count, float(fig["median"])))
+    return {kind: sorted(points) for kind, points in series.items()}
+
+
+IDLE_W, IDLE_H, PAD = 640, 360, 60
+COLOURS = ("#3a7bd5", "#e08a1e", "#2a9d5b")
+
+
+def idle_svg(series: dict[str, list[tuple[int, float]]], goal: float, title: str) -> str:
+    """Idle CPU (% of one core) against the pane count, one line per backend."""
+    max_x = max((n for points in series.values() for n, _ in points), default=1) or 1
+    max_y = max([goal * 1.5, *(v for points in series.values() for _, v in points)])
+    span_x, span_y = IDLE_W - 2 * PAD, IDLE_H - 2 * PAD
+
+    def x(n: float) -> float:
+        return PAD + span_x * n / max_x
+
+    def y(v: float) -> float:
+        return IDLE_H - PAD - span_y * v / max_y
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{IDLE_W}" height="{IDLE_H}" '
+        'font-family="sans-serif" font-size="13">',
+        f'<rect width="{IDLE_W}" height="{IDLE_H}" fill="white"/>',
+        f'<text x="{IDLE_W / 2}" y="24" text-anchor="middle" font-weight="bold">'
+        f"{escape(title)}</text>",
+        f'<line x1="{PAD}" y1="{y(0)}" x2="{x(max_x)}" y2="{y(0)}" stroke="#555"/>',
+        f'<line x1="{PAD}" y1="{y(0)}" x2="{PAD}" y2="{y(max_y)}" stroke="#555"/>',
+        f'<line x1="{PAD}" y1="{y(goal):.1f}" x2="{x(max_x)}" y2="{y(goal):.1f}" '
+        'stroke="#d33" stroke-dasharray="6 4"/>',
+        f'<text x="{x(max_x) - 4}" y="{y(goal) - 6:.1f}" text-anchor="end" fill="#d33">'
+        f"goal {goal:g} %</text>",
+        f'<text x="{PAD + span_x / 2}" y="{IDLE_H - 16}" text-anchor="middle" fill="#555">'
+        "idle panes</text>",
+        f'<text x="16" y="{PAD + span_y / 2}" text-anchor="middle" fill="#555" '
+        f'transform="rotate(-90 16 {PAD + span_y / 2})">% of one core (median)</text>',
+    ]
+    for n in sorted({n for points in series.values() for n, _ in points}):
+        out.append(
+            f'<text x="{x(n):.1f}" y="{y(0) + 18:.1f}" text-anchor="middle" fill="#555">{n}</text>'
+        )
+    steps = 4
+    for i in range(steps + 1):
+        v = max_y * i / steps
+        out.append(
+            f'<text x="{PAD - 8}" y="{y(v) + 4:.1f}" text-anchor="end" fill="#555">{v:.1f}</text>'
+        )
+    for index, (kind, points) in enumerate(sorted(series.items())):
+        colour = COLOURS[index % len(COLOURS)]
+        path = " ".join(f"{x(n):.1f},{y(v):.1f}" for n, v in points)
+        out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        for n, v in points:
+            out.append(f'<circle cx="{x(n):.1f}" cy="{y(v):.1f}" r="3" fill="{colour}"/>')
+        out.append(
+            f'<text x="{PAD + 10}" y="{PAD + 16 * index}" fill="{colour}">{escape(kind)}</text>'
+        )
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str]) -> int:
+    """``RESULTS THROUGHPUT_SVG [IDLE_SVG]``."""
     source, target = Path(argv[0]), Path(argv[1])
     data = json.loads(source.read_text())
-    target.write_text(svg(_bars(data), "Emulator throughput, 20 MB realistic stream (red: goal)"))
+    bars = _bars(data)
+    if bars:
+        target.write_text(svg(bars, "Emulator throughput, 20 MB realistic stream (red: goal)"))
+    if len(argv) > 2:
+        title = "Idle panes: CPU of supervisor + template + workers"
+        Path(argv[2]).write_text(idle_svg(_idle_points(data), 2.0, title))
     return 0
 
 
