@@ -350,7 +350,7 @@ class ScreenState:
 
     def compact_deadline(self) -> float | None:
         """When ``after_step`` compacts the scrollback of a quiet pane, or None."""
-        if not self._uncompacted:
+        if not self._uncompacted or self.terminal.pending:
             return None
         return self.last_activity + COMPACT_AFTER_QUIET_S
 

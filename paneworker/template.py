@@ -231,10 +231,15 @@ class WorkerTemplate:
         return ending and not self.workers
 
     def _timeout_ms(self) -> int:
-        deadlines = [d for d in (self.orphan_deadline, self.recheck_at) if d is not None]
+        now = time.monotonic()
+        # A passed orphan deadline waits for the last workers' exits (SIGCHLD), not a timer.
+        orphan = self.orphan_deadline
+        if orphan is not None and orphan <= now:
+            orphan = None
+        deadlines = [d for d in (orphan, self.recheck_at) if d is not None]
         if not deadlines:
             return -1
-        return max(0, int((min(deadlines) - time.monotonic()) * 1000) + 1)
+        return max(0, int((min(deadlines) - now) * 1000) + 1)
 
     def _on_ready(self, fd: int) -> None:
         if fd == self._wake_r:

@@ -102,7 +102,7 @@ class PaneLifecycle:
                 rows=rows,
                 environ=self._config.environ,
             )
-            handle = await self._workers.spawn(
+            handle, boot = self._workers.prepare(
                 {
                     "pane": name,
                     "agent": spec.agent,
@@ -116,8 +116,7 @@ class PaneLifecycle:
                     "emulator": spec.emulator or self._config.emulator,
                     "output_buffer_bytes": self._config.output_buffer_bytes,
                     "output_overflow": self._config.output_overflow,
-                },
-                dict(self._config.environ),
+                }
             )
             pane = Pane(
                 name=name,
@@ -129,10 +128,12 @@ class PaneLifecycle:
                 watchdog=spec.watchdog,
                 lease=lease,
             )
+            # Tracked before the process exists: its first frames find the pane.
             self._registry.track(pane)
             if on_spawn is not None:
                 on_spawn(handle.instance)
             try:
+                await self._workers.launch(handle, boot, dict(self._config.environ))
                 hello = await self._workers.wait_ready(handle)
             except BaseException:
                 self._registry.drop(pane)

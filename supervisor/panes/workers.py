@@ -55,6 +55,9 @@ HANDSHAKE_TIMEOUT_S = 20.0
 # How often a re-adopted worker is asked to introduce itself until it does.
 INTRODUCE_RETRY_S = 0.05
 MAX_INLINE_BOOT = 60_000  # stays below a pipe buffer, so the write cannot block
+# Frames kept for a worker whose pid the template has not named yet (a Hello, a Status,
+# its Descendants: a handful; more is a misbehaving peer).
+MAX_EARLY_FRAMES = 64
 # How long after a worker's death its requests may still get the replies it sent.
 REPLIES_AFTER_DEATH_S = 0.2
 
@@ -86,8 +89,13 @@ class WorkerHandle:
     start_ticks: int | None = None
     # True for a worker this supervisor started (cold, or forked by its proven template).
     spawned: bool = False
-    # A Hello that came before the template said which pid it forked (checked then).
-    early_hello: tuple[Hello, int | None] | None = None
+    # Frames that came before the template said which pid it forked (handled then), with
+    # the sending pid of a Hello.
+    early: list[tuple[ToSupervisor, int | None]] = field(default_factory=list)
+    # A fork was asked of the template for this worker (whether or not it answered).
+    forked_first: bool = False
+    # A kill asked for before the process was known: done as soon as it is.
+    kill_requested: bool = False
 
     @property
     def proven(self) -> bool:
@@ -164,34 +172,13 @@ class WorkerManager:
 
     # ------------------------------------------------------------ spawning
 
-    async def spawn(self, boot_fields: dict[str, object], environ: dict[str, str]) -> WorkerHandle:
-        """Start a worker for a pane (forked from the template, else cold); the caller
-        awaits ``handle.ready``.
+    def prepare(self, boot_fields: dict[str, object]) -> tuple[WorkerHandle, bytes]:
+        """A handle for a pane's worker about to be started, and its encoded boot record.
 
-        Raises PanewardenError(spawn_failed) when the process cannot be started.
+        Registered at once, before the process exists (its frames always find it);
+        ``launch`` starts the process. Raises PanewardenError(spawn_failed) for a launch
+        spec too large.
         """
-        loop = asyncio.get_running_loop()
-        handle, data = self._new_handle(boot_fields)
-        try:
-            if not await self._fork(handle, data):
-                # A fork that failed may still have made a process (its template died
-                # before saying so): the cold worker gets an identity of its own.
-                self.by_instance.pop(handle.instance, None)
-                handle, data = self._new_handle(boot_fields)
-                self._spawn_cold(handle, data, environ)
-        except BaseException:
-            self.by_instance.pop(handle.instance, None)
-            raise
-        loop.add_reader(handle.pidfd, self._on_pidfd, handle)
-        if handle.early_hello is not None:
-            hello, peer = handle.early_hello
-            handle.early_hello = None
-            self._check_hello(handle, hello, peer)
-        return handle
-
-    def _new_handle(self, boot_fields: dict[str, object]) -> tuple[WorkerHandle, bytes]:
-        """A handle for a worker about to be started, registered before the process exists
-        (so its Hello always finds it), and its encoded boot record."""
         secret = secrets.token_bytes(32)
         instance = secrets.token_hex(8)
         boot = BootRecord(
@@ -219,11 +206,42 @@ class WorkerManager:
         self.by_instance[instance] = handle
         return handle, data
 
+    async def launch(self, handle: WorkerHandle, boot: bytes, environ: dict[str, str]) -> None:
+        """Start the worker of a prepared handle: forked from the template, else cold; the
+        caller then awaits ``handle.ready``.
+
+        Raises PanewardenError(spawn_failed) when the process cannot be started.
+        """
+        try:
+            if not await self._fork(handle, boot):
+                self._spawn_cold(handle, boot, environ)
+        except BaseException:
+            self._never_started(handle)
+            raise
+        asyncio.get_running_loop().add_reader(handle.pidfd, self._on_pidfd, handle)
+        early, handle.early = handle.early, []
+        for msg, peer_pid in early:
+            self._dispatch(handle, msg, peer_pid)
+        if handle.kill_requested:
+            self.kill(handle)
+
+    def _never_started(self, handle: WorkerHandle) -> None:
+        """A prepared worker that will never run: whoever waits for it is told."""
+        handle.dead = True
+        handle.died.set()
+        self.by_instance.pop(handle.instance, None)
+        if not handle.ready.done():
+            handle.ready.set_exception(
+                PanewardenError(ErrorCode.SPAWN_FAILED, "the pane worker did not start")
+            )
+            handle.ready.exception()
+
     async def _fork(self, handle: WorkerHandle, boot: bytes) -> bool:
         """Fork the worker from the template; False when the template cannot (logged)."""
         template = self._template
         if template is None or not template.enabled:
             return False
+        handle.forked_first = True
         try:
             forked = await template.fork(boot)
         except TemplateUnavailable as exc:
@@ -338,7 +356,10 @@ class WorkerManager:
                 "not signalling unproven process %d", handle.pid, extra={"pane": handle.pane}
             )
             return
-        if not handle.dead and handle.pidfd >= 0:
+        if handle.pidfd < 0:
+            handle.kill_requested = True  # not started yet: killed as soon as it is
+            return
+        if not handle.dead:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(handle.pidfd, signal.SIGKILL)
 
@@ -401,26 +422,28 @@ class WorkerManager:
             if handle is None:
                 log.warning("dropped a %s frame from an unknown worker", type(msg).__name__)
                 continue
-            if isinstance(msg, Hello):
-                self._on_hello(handle, msg, frames[1])
+            peer_pid = _peer_pid(frames[1]) if isinstance(msg, Hello) else None
+            if handle.pid == 0:
+                # Forked, but the template's answer naming the pid is still on its way:
+                # kept, in order, until the pid is known (and the pane tracked).
+                if len(handle.early) < MAX_EARLY_FRAMES:
+                    handle.early.append((msg, peer_pid))
                 continue
-            if not handle.ready.done():
-                continue
-            handle.last_rx = time.monotonic()
-            if isinstance(msg, Ok | Failed | ScreenText | Closed):
-                future = handle.pending.get(msg.rid)
-                if future is not None and not future.done():
-                    future.set_result(msg)
-            elif not isinstance(msg, Heartbeat):
-                self._on_event(handle, msg)
+            self._dispatch(handle, msg, peer_pid)
 
-    def _on_hello(self, handle: WorkerHandle, hello: Hello, frame: zmq.Frame) -> None:
-        peer_pid = _peer_pid(frame)
-        if handle.pid == 0:
-            # Forked, but the template's answer naming the pid is still on its way.
-            handle.early_hello = (hello, peer_pid)
+    def _dispatch(self, handle: WorkerHandle, msg: ToSupervisor, peer_pid: int | None) -> None:
+        if isinstance(msg, Hello):
+            self._check_hello(handle, msg, peer_pid)
             return
-        self._check_hello(handle, hello, peer_pid)
+        if not handle.ready.done():
+            return
+        handle.last_rx = time.monotonic()
+        if isinstance(msg, Ok | Failed | ScreenText | Closed):
+            future = handle.pending.get(msg.rid)
+            if future is not None and not future.done():
+                future.set_result(msg)
+        elif not isinstance(msg, Heartbeat):
+            self._on_event(handle, msg)
 
     def _check_hello(self, handle: WorkerHandle, hello: Hello, peer_pid: int | None) -> None:
         proof_ok = hmac.compare_digest(hashlib.sha256(hello.proof).digest(), handle.secret_hash)
@@ -434,6 +457,10 @@ class WorkerManager:
             return
         if peer_pid is not None and peer_pid != handle.pid:
             log.error("refused a hello from pid %s", peer_pid, extra={"pane": handle.pane})
+            if handle.spawned and handle.forked_first:
+                # It holds this worker's secret: a fork whose template died before
+                # naming it, replaced by a cold start. Ours, and not wanted.
+                _kill_twin(peer_pid, handle.pid)
             return
         handle.last_rx = time.monotonic()
         handle.introduced = True
@@ -487,6 +514,23 @@ class WorkerManager:
         with contextlib.suppress(OSError):
             os.close(handle.pidfd)
         handle.pidfd = -1
+
+
+def _kill_twin(peer_pid: int, worker_pid: int) -> None:
+    """SIGKILL a process that proved a worker's secret but is not that worker."""
+    if peer_pid <= 1 or peer_pid in (worker_pid, os.getpid()):
+        return
+    try:
+        pidfd = os.pidfd_open(peer_pid)
+    except OSError:
+        return
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        log.warning("killed pid %d: a second process with a worker's secret", peer_pid)
+    except OSError:
+        pass
+    finally:
+        os.close(pidfd)
 
 
 def _fail_pending(handle: WorkerHandle) -> None:
