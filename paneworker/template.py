@@ -459,9 +459,10 @@ def main(argv: list[str] | None = None) -> int:
         log.exception("warm-up failed")
     template = WorkerTemplate(boot, conn)
     template.listen()
-    # The warm-up's garbage goes first; everything else stays put: a child's collections
-    # never touch (and so never copy) these pages. Objects made from now on are collected.
-    gc.collect()
+    # Everything stays put: a child's collections never touch (and so never copy) these
+    # pages. No collection first: the holes it would free are where a child's first
+    # objects would go, copying a shared page for each (measured: +0.2 MiB per worker).
+    # Objects made from now on are collected as usual.
     gc.freeze()
     gc.enable()
     return template.run()
