@@ -64,14 +64,19 @@ async def _wakeups(pids: list[int], seconds: float) -> list[float]:
 
 
 async def _measure(
-    kind: str, counts: list[int], window_s: float, top_window_s: float, top_repeats: int
+    kind: str,
+    counts: list[int],
+    window_s: float,
+    top_window_s: float,
+    top_repeats: int,
+    settle_s: float = SETTLE_S,
 ) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     async with bench_service(PANEWARDEN_EMULATOR=kind) as service:
         names: dict[str, int] = {}
         for count in counts:
             workers = await _add_panes(service, names, count)
-            await asyncio.sleep(SETTLE_S)
+            await asyncio.sleep(settle_s)
             procs = service_processes(service.supervisor_pid, workers)
             if count == counts[-1]:
                 runs = [await _window(procs, top_window_s) for _ in range(top_repeats)]
@@ -95,7 +100,8 @@ def run(options: Options) -> Sequence[Figure]:
     top_repeats = 1 if options.smoke else 3
     figures: list[Figure] = []
     for kind in installed_backends():
-        got = asyncio.run(_measure(kind, counts, window_s, top_window_s, top_repeats))
+        settle_s = 1.0 if options.smoke else SETTLE_S
+        got = asyncio.run(_measure(kind, counts, window_s, top_window_s, top_repeats, settle_s))
         top = counts[-1]
         for count in counts[:-1]:
             figures.append(

@@ -47,12 +47,12 @@ async def _window(pids: list[int], seconds: float) -> list[float]:
     return [100.0 * (cpu_ns(pid) - before[pid]) / 1e9 / elapsed for pid in pids]
 
 
-async def _measure(kind: str, panes: int, window_s: float) -> list[float]:
+async def _measure(kind: str, panes: int, window_s: float, settle_s: float) -> list[float]:
     with tempfile.TemporaryDirectory(prefix="pwbench-") as tmp:
         profile = _profile(Path(tmp) / "stream")
         async with bench_service([profile], PANEWARDEN_EMULATOR=kind) as service:
             workers = await _start(service, panes)
-            await asyncio.sleep(SETTLE_S)
+            await asyncio.sleep(settle_s)
             return await _window(workers, window_s)
 
 
@@ -68,7 +68,8 @@ def run(options: Options) -> Sequence[Figure]:
     window_s = 2.0 if options.smoke else 30.0
     figures: list[Figure] = []
     for kind in installed_backends():
-        per_worker = asyncio.run(_measure(kind, panes, window_s))
+        settle_s = 0.5 if options.smoke else SETTLE_S
+        per_worker = asyncio.run(_measure(kind, panes, window_s, settle_s))
         figures.append(
             Figure(
                 f"replay.{kind}.worker_cpu",
