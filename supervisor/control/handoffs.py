@@ -32,9 +32,9 @@ import msgspec
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import PaneStatusFields, ReadScreen, ScreenText
 from supervisor.control.attestation import pane_of_identity
-from supervisor.control.controllers import ControllerAuthority, Credentials
+from supervisor.control.context import ControlContext
+from supervisor.control.controllers import Credentials
 from supervisor.control.fences import new_id
-from supervisor.control.pane_leases import PaneLeases
 from supervisor.control.records import (
     OUTSTANDING_RECEIPTS,
     RECORD_VERSION,
@@ -43,10 +43,7 @@ from supervisor.control.records import (
     Receipt,
     SettledStatus,
 )
-from supervisor.control.stores import ControlStores
-from supervisor.panes.driving import PaneDriver
 from supervisor.panes.pane import SETTLED, Pane
-from supervisor.panes.registry import PaneRegistry
 
 log = logging.getLogger(__name__)
 
@@ -104,27 +101,15 @@ def status_of(status: PaneStatusFields) -> SettledStatus:
 class Handoffs:
     """relay, handoff, batch_handoff, collect_handoffs, receipts; see the module docstring."""
 
-    def __init__(
-        self,
-        stores: ControlStores,
-        authority: ControllerAuthority,
-        leases: PaneLeases,
-        registry: PaneRegistry,
-        driver: PaneDriver,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._stores = stores
-        self._authority = authority
-        self._leases = leases
-        self._registry = registry
-        self._driver = driver
+    def __init__(self, ctx: ControlContext, clock: Callable[[], float] = time.time) -> None:
+        self._ctx = ctx
         self._clock = clock
 
     # ------------------------------------------------------------ receipts
 
     def receipts(self, controller_id: str | None = None) -> list[Receipt]:
         """Receipt records (of one controller), oldest first; content-free."""
-        found = self._stores.receipts.load_all()[0].values()
+        found = self._ctx.stores.receipts.load_all()[0].values()
         return sorted(
             (r for r in found if controller_id is None or r.controller_id == controller_id),
             key=lambda r: (r.created_at, r.receipt_id),
@@ -139,12 +124,12 @@ class Handoffs:
 
     def _save(self, receipt: Receipt, **changes: object) -> Receipt:
         updated = msgspec.structs.replace(receipt, updated_at=self._clock(), **changes)
-        self._stores.receipts.save(updated.receipt_id, updated)
+        self._ctx.stores.receipts.save(updated.receipt_id, updated)
         return updated
 
     def _load(self, controller_id: str, receipt_id: str) -> Receipt:
         try:
-            receipt = self._stores.receipts.load(receipt_id)
+            receipt = self._ctx.stores.receipts.load(receipt_id)
         except PanewardenError:
             receipt = None
         if receipt is None or receipt.controller_id != controller_id:
@@ -155,7 +140,7 @@ class Handoffs:
 
     def _admit(self, ctl: ControllerLease, name: str) -> tuple[Pane, PaneLease, Receipt]:
         """Check one target and reserve its receipt; call under the locks."""
-        pane, lease = self._leases.held(ctl.controller_id, name)
+        pane, lease = self._ctx.leases.held(ctl.controller_id, name)
         if lease.lease_type not in ("reviewer", "writer"):
             raise PanewardenError(ErrorCode.LEASE_STATE, f"pane {name!r} takes no prompts")
         waiting = self.outstanding_for(name)
@@ -188,11 +173,11 @@ class Handoffs:
             raise PanewardenError(ErrorCode.INVALID_ARGUMENT, "a pane is named twice")
         if pane_of_identity(identity) in names:
             raise PanewardenError(ErrorCode.FORBIDDEN, "a pane cannot prompt itself")
-        async with self._stores.locks.hold("controller", "reviewer", "writer", "receipts"):
-            ctl = self._authority.check(identity, creds)
+        async with self._ctx.stores.locks.hold("controller", "reviewer", "writer", "receipts"):
+            ctl = self._ctx.authority.check(identity, creds)
             admitted = [self._admit(ctl, name) for name in names]
             for _pane, _lease, receipt in admitted:
-                self._stores.receipts.save(receipt.receipt_id, receipt)
+                self._ctx.stores.receipts.save(receipt.receipt_id, receipt)
         return [(pane, receipt) for pane, _lease, receipt in admitted]
 
     # ------------------------------------------------------------ delivery
@@ -201,7 +186,7 @@ class Handoffs:
         """Type the prompt; the receipt becomes pending once its turn began."""
         turn_before = pane.status.turn
         try:
-            cursor, _turn = await self._driver.send_input(
+            cursor, _turn = await self._ctx.driver.send_input(
                 pane.name, text, True, None, through_lease=True
             )
         except PanewardenError as exc:
@@ -273,8 +258,8 @@ class Handoffs:
         """Collect receipts without typing anything."""
         if len(set(receipt_ids)) != len(receipt_ids):
             raise PanewardenError(ErrorCode.INVALID_ARGUMENT, "a receipt is listed twice")
-        async with self._stores.locks.hold("controller"):
-            ctl = self._authority.check(identity, creds)
+        async with self._ctx.stores.locks.hold("controller"):
+            ctl = self._ctx.authority.check(identity, creds)
         receipts = [self._load(ctl.controller_id, rid) for rid in receipt_ids]
         outcome = Outcome()
         await self._collect_into(outcome, receipts, mode, timeout_s, lines)
@@ -334,7 +319,7 @@ class Handoffs:
     ) -> dict[str, Any] | None:
         """Wait for the settle of the receipt's turn; None on timeout."""
         assert receipt.cursor is not None and receipt.turn is not None
-        pane = self._registry.panes.get(receipt.name)
+        pane = self._ctx.registry.panes.get(receipt.name)
         if pane is None or pane.handle.instance != receipt.instance:
             return self._fail(receipt, "collect", ErrorCode.IDENTITY_CHANGED)
         try:
@@ -355,7 +340,7 @@ class Handoffs:
         """The pane's screen, only if it is still at ``seq`` (checked in the worker)."""
         count = DEFAULT_CAPTURE_LINES if lines is None else lines
         try:
-            reply = await self._driver.rpc(
+            reply = await self._ctx.driver.rpc(
                 pane,
                 lambda rid: ReadScreen(rid=rid, lines=count, scrollback=True, expected_seq=seq),
             )
@@ -368,7 +353,7 @@ class Handoffs:
 
     async def _replay(self, receipt: Receipt, lines: int | None) -> dict[str, Any]:
         assert receipt.result is not None
-        pane = self._registry.panes.get(receipt.name)
+        pane = self._ctx.registry.panes.get(receipt.name)
         output = None
         if pane is not None and pane.handle.instance == receipt.instance:
             output = await self._capture(pane, receipt.result.seq, lines)
@@ -392,14 +377,14 @@ class Handoffs:
 
     async def abandon(self, identity: str, creds: Credentials, receipt_id: str) -> Receipt:
         """Release an outstanding receipt once its pane is seen settled (or gone)."""
-        async with self._stores.locks.hold("controller", "receipts"):
-            ctl = self._authority.check(identity, creds)
+        async with self._ctx.stores.locks.hold("controller", "receipts"):
+            ctl = self._ctx.authority.check(identity, creds)
             receipt = self._load(ctl.controller_id, receipt_id)
             if receipt.state not in OUTSTANDING_RECEIPTS:
                 raise PanewardenError(
                     ErrorCode.LEASE_STATE, f"receipt {receipt_id} is {receipt.state}"
                 )
-            pane = self._registry.panes.get(receipt.name)
+            pane = self._ctx.registry.panes.get(receipt.name)
             if (
                 pane is not None
                 and pane.handle.instance == receipt.instance

@@ -14,38 +14,24 @@ from __future__ import annotations
 from typing import Any
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.control.controllers import ControllerAuthority, Credentials
-from supervisor.control.pane_leases import PaneLeases
+from supervisor.control.context import ControlContext
+from supervisor.control.controllers import Credentials
 from supervisor.control.records import RETAINED_STATES
-from supervisor.control.stores import ControlStores
-from supervisor.panes.lifecycle import PaneLifecycle
 from supervisor.panes.pane import PaneLeaseType
-from supervisor.panes.registry import PaneRegistry
 
 
 class LeaseInventory:
     """lease_inventory and lease_reconcile."""
 
-    def __init__(
-        self,
-        stores: ControlStores,
-        authority: ControllerAuthority,
-        leases: PaneLeases,
-        registry: PaneRegistry,
-        lifecycle: PaneLifecycle,
-    ) -> None:
-        self._stores = stores
-        self._authority = authority
-        self._leases = leases
-        self._registry = registry
-        self._lifecycle = lifecycle
+    def __init__(self, ctx: ControlContext) -> None:
+        self._ctx = ctx
 
     def inventory(self) -> list[dict[str, Any]]:
         """One entry per live pane and per retained lease whose pane is gone."""
-        retained = [lease for lease in self._leases.all() if lease.state in RETAINED_STATES]
+        retained = [lease for lease in self._ctx.leases.all() if lease.state in RETAINED_STATES]
         by_name = {lease.name: lease for lease in retained}
         entries: list[dict[str, Any]] = []
-        for pane in self._registry.running():
+        for pane in self._ctx.registry.running():
             lease = by_name.pop(pane.name, None)
             if lease is None:
                 status = "unleased"
@@ -89,19 +75,19 @@ class LeaseInventory:
         dry_run: bool,
     ) -> dict[str, Any]:
         """Terminalise one of this controller's leases if its pane is confirmed gone."""
-        async with self._stores.locks.hold("controller", lease_type):
-            ctl = self._authority.check(identity, creds)
-            lease = self._leases.get(lease_type, lease_id)
+        async with self._ctx.stores.locks.hold("controller", lease_type):
+            ctl = self._ctx.authority.check(identity, creds)
+            lease = self._ctx.leases.get(lease_type, lease_id)
             if lease.controller_id != ctl.controller_id:
                 raise PanewardenError(
                     ErrorCode.LEASE_CONFLICT, f"lease {lease_id} is another controller's"
                 )
             if lease.state not in RETAINED_STATES:
                 return {"lease_id": lease_id, "action": "none", "state": lease.state}
-            if self._leases.claimed(lease_id):
+            if self._ctx.leases.claimed(lease_id):
                 # Its pane is being started or closed right now: not gone, not yet.
                 return {"lease_id": lease_id, "action": "preserved", "state": lease.state}
-            pane = self._registry.panes.get(lease.name)
+            pane = self._ctx.registry.panes.get(lease.name)
             gone = (
                 pane is None
                 or pane.status.lifecycle == "lost"
@@ -111,10 +97,10 @@ class LeaseInventory:
                 return {"lease_id": lease_id, "action": "preserved", "state": lease.state}
             if dry_run:
                 return {"lease_id": lease_id, "action": "would_terminalise", "state": lease.state}
-            done = self._leases.save(
+            done = self._ctx.leases.save(
                 lease, state="failed_closed", failure="reconciled: its pane is gone"
             )
             if pane is not None and pane.status.lifecycle == "lost":
-                self._leases.untag(pane, lease)
-                await self._lifecycle.remove(pane)
+                self._ctx.leases.untag(pane, lease)
+                await self._ctx.lifecycle.remove(pane)
             return {"lease_id": lease_id, "action": "terminalised", "state": done.state}

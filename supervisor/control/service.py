@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from supervisor.config import ServiceConfig
+from supervisor.control.context import ControlContext
 from supervisor.control.controllers import ControllerAuthority
 from supervisor.control.handoffs import Handoffs
 from supervisor.control.inventory import LeaseInventory
@@ -22,12 +23,16 @@ class ControlService:
         self.stores = ControlStores(config.state_dir, lock_wait_s=config.store_lock_wait_s)
         self.authority = ControllerAuthority(self.stores, min_ttl_s=config.lease_ttl_min_s)
         self.leases = PaneLeases(self.stores, panes.registry)
-        self.handoffs = Handoffs(
-            self.stores, self.authority, self.leases, panes.registry, panes.driver
+        self.context = ControlContext(
+            self.stores,
+            self.authority,
+            self.leases,
+            panes.registry,
+            panes.lifecycle,
+            panes.driver,
         )
-        self.inventory = LeaseInventory(
-            self.stores, self.authority, self.leases, panes.registry, panes.lifecycle
-        )
+        self.handoffs = Handoffs(self.context)
+        self.inventory = LeaseInventory(self.context)
 
     def start(self) -> None:
         """Put the lease tags back on the panes that survived a restart, and close the

@@ -11,39 +11,22 @@ from __future__ import annotations
 
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.control.attestation import pane_of_identity
-from supervisor.control.controllers import ControllerAuthority, Credentials
+from supervisor.control.context import ControlContext
+from supervisor.control.controllers import Credentials
 from supervisor.control.fences import new_id
-from supervisor.control.pane_leases import PaneLeases
 from supervisor.control.records import RECORD_VERSION, PaneLease
-from supervisor.control.stores import ControlStores
 from supervisor.lanes.closing import begin_close, check_closable, finish_close
-from supervisor.panes.driving import PaneDriver
-from supervisor.panes.lifecycle import PaneLifecycle
-from supervisor.panes.registry import PaneRegistry
 
 
 class AdoptedPanes:
     """pane_adopt, adopted_list, adopted_close."""
 
-    def __init__(
-        self,
-        stores: ControlStores,
-        authority: ControllerAuthority,
-        leases: PaneLeases,
-        registry: PaneRegistry,
-        lifecycle: PaneLifecycle,
-        driver: PaneDriver,
-    ) -> None:
-        self._stores = stores
-        self._authority = authority
-        self._leases = leases
-        self._registry = registry
-        self._lifecycle = lifecycle
-        self._driver = driver
+    def __init__(self, ctx: ControlContext) -> None:
+        self._ctx = ctx
 
     def leases(self) -> list[PaneLease]:
         """Every adopted-pane lease, oldest first."""
-        return self._leases.all("adopted")
+        return self._ctx.leases.all("adopted")
 
     async def adopt(
         self,
@@ -55,15 +38,15 @@ class AdoptedPanes:
         authority_sha256: str,
     ) -> PaneLease:
         """Lease an unleased settled pane for cleanup only."""
-        async with self._stores.locks.hold("controller", "reviewer", "writer", "adopted"):
-            ctl = self._authority.check(identity, creds)
-            pane = self._registry.get(name)
+        async with self._ctx.stores.locks.hold("controller", "reviewer", "writer", "adopted"):
+            ctl = self._ctx.authority.check(identity, creds)
+            pane = self._ctx.registry.get(name)
             if pane_of_identity(identity) == name:
                 raise PanewardenError(ErrorCode.FORBIDDEN, "a controller cannot adopt its own pane")
-            if pane.lease is not None or self._leases.retained_for(name) is not None:
+            if pane.lease is not None or self._ctx.leases.retained_for(name) is not None:
                 raise PanewardenError(ErrorCode.PANE_LEASED, f"pane {name!r} already has a lease")
             check_closable(pane, expected_seq)
-            now = self._leases.now()
+            now = self._ctx.leases.now()
             lease = PaneLease(
                 version=RECORD_VERSION,
                 lease_id=new_id("adp"),
@@ -80,8 +63,8 @@ class AdoptedPanes:
                 authority_ref=authority_ref,
                 authority_sha256=authority_sha256,
             )
-            self._stores.pane_leases["adopted"].save(lease.lease_id, lease)
-            self._leases.tag(pane, lease)
+            self._ctx.stores.pane_leases["adopted"].save(lease.lease_id, lease)
+            self._ctx.leases.tag(pane, lease)
             return lease
 
     async def close(
@@ -94,9 +77,9 @@ class AdoptedPanes:
         checkpoint_sha256: str,
     ) -> PaneLease:
         """Capture and close an adopted pane at ``expected_seq``, with a checkpoint."""
-        async with self._stores.locks.hold("controller", "adopted"):
-            ctl = self._authority.check(identity, creds)
-            lease = self._leases.get("adopted", lease_id)
+        async with self._ctx.stores.locks.hold("controller", "adopted"):
+            ctl = self._ctx.authority.check(identity, creds)
+            lease = self._ctx.leases.get("adopted", lease_id)
             if lease.controller_id != ctl.controller_id:
                 raise PanewardenError(
                     ErrorCode.LEASE_CONFLICT, f"adopted lease {lease_id} is another controller's"
@@ -107,11 +90,11 @@ class AdoptedPanes:
                     ErrorCode.LEASE_STATE, f"adopted lease {lease_id} is {lease.state}"
                 )
             job = begin_close(
-                self._leases,
+                self._ctx.leases,
                 lease,
                 expected_seq,
                 "closed",
                 checkpoint_ref=checkpoint_ref,
                 checkpoint_sha256=checkpoint_sha256,
             )
-        return await finish_close(self._leases, self._lifecycle, self._driver, job)
+        return await finish_close(self._ctx.leases, self._ctx.lifecycle, self._ctx.driver, job)

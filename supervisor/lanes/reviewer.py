@@ -16,14 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.control.controllers import ControllerAuthority, Credentials
+from supervisor.control.context import ControlContext
+from supervisor.control.controllers import Credentials
 from supervisor.control.fences import new_id
-from supervisor.control.pane_leases import PaneLeases
 from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease
-from supervisor.control.stores import ControlStores
 from supervisor.lanes.closing import BUSY_STATES, CloseJob, begin_close, finish_close
-from supervisor.panes.driving import PaneDriver
-from supervisor.panes.lifecycle import PaneLifecycle
 from supervisor.panes.pane import LeaseTag, Pane
 
 # Agent kinds whose model and effort can be chosen at start, and the flags that say so.
@@ -46,23 +43,12 @@ class CleanupReport:
 class ReviewerLanes:
     """reviewer_start, reviewer_list, reviewer_close, reviewer_cleanup."""
 
-    def __init__(
-        self,
-        stores: ControlStores,
-        authority: ControllerAuthority,
-        leases: PaneLeases,
-        lifecycle: PaneLifecycle,
-        driver: PaneDriver,
-    ) -> None:
-        self._stores = stores
-        self._authority = authority
-        self._leases = leases
-        self._lifecycle = lifecycle
-        self._driver = driver
+    def __init__(self, ctx: ControlContext) -> None:
+        self._ctx = ctx
 
     def leases(self) -> list[PaneLease]:
         """Every reviewer lease, oldest first."""
-        return self._leases.all("reviewer")
+        return self._ctx.leases.all("reviewer")
 
     async def start(
         self,
@@ -76,13 +62,13 @@ class ReviewerLanes:
         effort: str | None = None,
     ) -> PaneLease:
         """Start a leased reviewer pane; returns its active lease."""
-        async with self._stores.locks.hold("controller", "reviewer"):
-            ctl = self._authority.check(identity, creds)
-            if self._leases.retained_for(name) is not None:
+        async with self._ctx.stores.locks.hold("controller", "reviewer"):
+            ctl = self._ctx.authority.check(identity, creds)
+            if self._ctx.leases.retained_for(name) is not None:
                 raise PanewardenError(
                     ErrorCode.PANE_EXISTS, f"a retained lease already names pane {name!r}"
                 )
-            now = self._leases.now()
+            now = self._ctx.leases.now()
             lease = PaneLease(
                 version=RECORD_VERSION,
                 lease_id=new_id("rev"),
@@ -96,35 +82,35 @@ class ReviewerLanes:
                 profile=profile,
                 cwd=cwd,
             )
-            self._stores.pane_leases["reviewer"].save(lease.lease_id, lease)
-            self._leases.claim(lease)
+            self._ctx.stores.pane_leases["reviewer"].save(lease.lease_id, lease)
+            self._ctx.leases.claim(lease)
         # The pane starts without the store locks: the claimed `provisioning` lease
         # holds the name, and nothing else changes the lease meanwhile.
         tag = LeaseTag(lease.lease_id, "reviewer", ctl.controller_id)
 
         def spawned(instance: str) -> None:
             nonlocal lease
-            lease = self._leases.save(lease, instance=instance)
+            lease = self._ctx.leases.save(lease, instance=instance)
 
         try:
             extra = self._model_args(profile, model, effort)
-            pane = await self._lifecycle.start_pane(
+            pane = await self._ctx.lifecycle.start_pane(
                 name, profile, cwd=cwd, extra_args=extra, lease=tag, on_spawn=spawned
             )
-            return self._leases.save(lease, state="active", instance=pane.handle.instance)
+            return self._ctx.leases.save(lease, state="active", instance=pane.handle.instance)
         except PanewardenError as exc:
-            self._leases.save(lease, state="failed_closed", failure=exc.code.value)
+            self._ctx.leases.save(lease, state="failed_closed", failure=exc.code.value)
             raise
         except BaseException:
-            self._leases.save(lease, state="failed_closed", failure="cancelled")
+            self._ctx.leases.save(lease, state="failed_closed", failure="cancelled")
             raise
         finally:
-            self._leases.unclaim(lease.lease_id)
+            self._ctx.leases.unclaim(lease.lease_id)
 
     def _model_args(self, profile: str, model: str | None, effort: str | None) -> list[str] | None:
         if model is None and effort is None:
             return None
-        agent = self._lifecycle.agent_of(profile)
+        agent = self._ctx.lifecycle.agent_of(profile)
         flags = MODEL_FLAGS.get(agent)
         if flags is None:
             raise PanewardenError(
@@ -143,28 +129,28 @@ class ReviewerLanes:
         self, identity: str, creds: Credentials, lease_id: str, expected_seq: int
     ) -> PaneLease:
         """Capture and close the reviewer's pane at ``expected_seq``; the lease closes."""
-        async with self._stores.locks.hold("controller", "reviewer"):
-            ctl = self._authority.check(identity, creds)
+        async with self._ctx.stores.locks.hold("controller", "reviewer"):
+            ctl = self._ctx.authority.check(identity, creds)
             lease = self._own(ctl.controller_id, lease_id)
             # `closing`: a close a crash interrupted, finished now.
             if lease.state not in ("active", "provisioning", "closing"):
                 raise PanewardenError(
                     ErrorCode.LEASE_STATE, f"reviewer lease {lease_id} is {lease.state}"
                 )
-            job = begin_close(self._leases, lease, expected_seq, "closed")
-        return await finish_close(self._leases, self._lifecycle, self._driver, job)
+            job = begin_close(self._ctx.leases, lease, expected_seq, "closed")
+        return await finish_close(self._ctx.leases, self._ctx.lifecycle, self._ctx.driver, job)
 
     async def cleanup(self, identity: str, creds: Credentials, dry_run: bool) -> CleanupReport:
         """Close every settled reviewer pane of this controller; keep (and say why) the
         working, blocked, gone or mismatched ones."""
         report = CleanupReport(dry_run)
         jobs: list[CloseJob] = []
-        async with self._stores.locks.hold("controller", "reviewer"):
-            ctl = self._authority.check(identity, creds)
+        async with self._ctx.stores.locks.hold("controller", "reviewer"):
+            ctl = self._ctx.authority.check(identity, creds)
             for lease in self.leases():
                 if lease.controller_id != ctl.controller_id or lease.state not in RETAINED_STATES:
                     continue
-                pane = self._leases.pane_of(lease)
+                pane = self._ctx.leases.pane_of(lease)
                 reason = _kept_because(lease, pane)
                 if reason is not None:
                     report.preserved.append({"lease_id": lease.lease_id, "reason": reason})
@@ -174,13 +160,13 @@ class ReviewerLanes:
                     report.closed.append(lease.lease_id)
                     continue
                 try:
-                    jobs.append(begin_close(self._leases, lease, pane.status.seq, "closed"))
+                    jobs.append(begin_close(self._ctx.leases, lease, pane.status.seq, "closed"))
                 except PanewardenError as exc:
                     report.preserved.append({"lease_id": lease.lease_id, "reason": exc.code.value})
         try:
             for job in jobs:
                 try:
-                    await finish_close(self._leases, self._lifecycle, self._driver, job)
+                    await finish_close(self._ctx.leases, self._ctx.lifecycle, self._ctx.driver, job)
                 except PanewardenError as exc:
                     report.preserved.append(
                         {"lease_id": job.lease.lease_id, "reason": exc.code.value}
@@ -189,11 +175,11 @@ class ReviewerLanes:
                 report.closed.append(job.lease.lease_id)
         finally:
             for job in jobs:
-                self._leases.unclaim(job.lease.lease_id)
+                self._ctx.leases.unclaim(job.lease.lease_id)
         return report
 
     def _own(self, controller_id: str, lease_id: str) -> PaneLease:
-        lease = self._leases.get("reviewer", lease_id)
+        lease = self._ctx.leases.get("reviewer", lease_id)
         if lease.controller_id != controller_id:
             raise PanewardenError(
                 ErrorCode.LEASE_CONFLICT, f"reviewer lease {lease_id} is another controller's"

@@ -18,31 +18,8 @@ class LaneService:
         environ = panes.config.environ
         # Git and Bubblewrap run as the pane core's managed helpers (safe from its sweep).
         self.git = Git(panes.children.run, environ)
-        self.reviewers = ReviewerLanes(
-            control.stores, control.authority, control.leases, panes.lifecycle, panes.driver
-        )
-        self.adopted = AdoptedPanes(
-            control.stores,
-            control.authority,
-            control.leases,
-            panes.registry,
-            panes.lifecycle,
-            panes.driver,
-        )
-        self.writers = WriterLanes(
-            control.stores,
-            control.authority,
-            control.leases,
-            panes.registry,
-            panes.lifecycle,
-            panes.driver,
-            self.git,
-        )
-        self.verifications = Verifications(
-            control.stores,
-            control.authority,
-            control.leases,
-            self.git,
-            panes.children.run,
-            environ,
-        )
+        ctx = control.context
+        self.reviewers = ReviewerLanes(ctx)
+        self.adopted = AdoptedPanes(ctx)
+        self.writers = WriterLanes(ctx, self.git)
+        self.verifications = Verifications(ctx, self.git, panes.children.run, environ)

@@ -30,11 +30,11 @@ from typing import Any
 import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.control.controllers import ControllerAuthority, Credentials
+from supervisor.control.context import ControlContext
+from supervisor.control.controllers import Credentials
 from supervisor.control.fences import new_id
-from supervisor.control.pane_leases import PaneLeases
 from supervisor.control.records import RECORD_VERSION, PaneLease, WriterTerms
-from supervisor.control.stores import ControlStores, VerificationRecord
+from supervisor.control.stores import VerificationRecord
 from supervisor.lanes import sandbox
 from supervisor.lanes.closing import BUSY_STATES
 from supervisor.lanes.git import Git
@@ -60,17 +60,13 @@ class Verifications:
 
     def __init__(
         self,
-        stores: ControlStores,
-        authority: ControllerAuthority,
-        leases: PaneLeases,
+        ctx: ControlContext,
         git: Git,
         runner: ChildRunner,
         environ: Mapping[str, str],
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._stores = stores
-        self._authority = authority
-        self._leases = leases
+        self._ctx = ctx
         self._git = git
         self._runner = runner
         self._environ = environ
@@ -80,7 +76,7 @@ class Verifications:
 
     def records(self) -> list[VerificationRecord]:
         """Every verification record, oldest first."""
-        found = self._stores.verifications.load_all()[0].values()
+        found = self._ctx.stores.verifications.load_all()[0].values()
         return sorted(found, key=lambda r: (r.started_at, r.verification_id))
 
     def _terms(self, lease: PaneLease) -> WriterTerms:
@@ -97,7 +93,7 @@ class Verifications:
         expected_status_sha256: str | None = None,
     ) -> dict[str, Any]:
         """The lane's Git evidence and worktree digest, as they are now."""
-        lease = self._leases.get("writer", lease_id)
+        lease = self._ctx.leases.get("writer", lease_id)
         terms = self._terms(lease)
         head = await self._git.head(terms.worktree)
         if expected_head is not None and head != expected_head:
@@ -111,7 +107,7 @@ class Verifications:
                 f"the status digest is {status.sha256}, not the expected one",
             )
         digest = await worktree_digest(self._git, terms.worktree, terms.base_commit)
-        pane = self._leases.pane_of(lease)
+        pane = self._ctx.leases.pane_of(lease)
         return {
             "lease_id": lease.lease_id,
             "lease_state": lease.state,
@@ -133,9 +129,9 @@ class Verifications:
         self, identity: str, creds: Credentials, req: VerifyRequest
     ) -> VerificationRecord:
         """Run one recipe of the lane in the sandbox; returns its record."""
-        async with self._stores.locks.hold("controller", "writer"):
-            ctl = self._authority.check(identity, creds)
-            lease = self._leases.get("writer", req.lease_id)
+        async with self._ctx.stores.locks.hold("controller", "writer"):
+            ctl = self._ctx.authority.check(identity, creds)
+            lease = self._ctx.leases.get("writer", req.lease_id)
             if lease.controller_id != ctl.controller_id:
                 raise PanewardenError(
                     ErrorCode.LEASE_CONFLICT, f"writer lease {req.lease_id} is another controller's"
@@ -144,7 +140,7 @@ class Verifications:
                 raise PanewardenError(
                     ErrorCode.LEASE_STATE, f"writer lease {req.lease_id} is {lease.state}"
                 )
-            pane = self._leases.pane_of(lease)
+            pane = self._ctx.leases.pane_of(lease)
             if pane is not None and pane.status.state in BUSY_STATES:
                 raise PanewardenError(
                     ErrorCode.PANE_BUSY,
@@ -196,10 +192,10 @@ class Verifications:
         if problem is not None:
             elapsed = round(self._clock() - started, 3)
             return await self._save(record, head=head, duration_s=elapsed, reason=problem)
-        async with self._stores.locks.hold("controller"):
+        async with self._ctx.stores.locks.hold("controller"):
             # The fence, once more, right before the recipe runs; the run ends with the
             # controller lease at the latest.
-            ctl = self._authority.check(identity, creds)
+            ctl = self._ctx.authority.check(identity, creds)
             left_s = ctl.expires_at - self._clock()
         limit_s = min(recipe.timeout_s, req.timeout_s or recipe.timeout_s, left_s)
         result = await self._runner(
@@ -259,8 +255,8 @@ class Verifications:
 
     async def _save(self, record: VerificationRecord, **changes: Any) -> VerificationRecord:
         done = msgspec.structs.replace(record, **changes)
-        async with self._stores.locks.hold("verifications"):
-            self._stores.verifications.save(done.verification_id, done)
+        async with self._ctx.stores.locks.hold("verifications"):
+            self._ctx.stores.verifications.save(done.verification_id, done)
         return done
 
 

@@ -34,18 +34,14 @@ from dataclasses import dataclass
 import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.control.controllers import ControllerAuthority, Credentials
+from supervisor.control.context import ControlContext
+from supervisor.control.controllers import Credentials
 from supervisor.control.fences import new_id
-from supervisor.control.pane_leases import PaneLeases
 from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease, WriterTerms
-from supervisor.control.stores import ControlStores
 from supervisor.lanes.closing import begin_close, finish_close
 from supervisor.lanes.git import Git
 from supervisor.lanes.scopes import first_overlap, normalise_scopes
-from supervisor.panes.driving import PaneDriver
-from supervisor.panes.lifecycle import PaneLifecycle
 from supervisor.panes.pane import LeaseTag
-from supervisor.panes.registry import PaneRegistry
 
 # States from which a release may (again) be asked for.
 RELEASABLE = frozenset({"active", "release_failed"})
@@ -105,27 +101,13 @@ def _inside(path: str, top: str) -> bool:
 class WriterLanes:
     """writer_start, writer_list, writer_release."""
 
-    def __init__(
-        self,
-        stores: ControlStores,
-        authority: ControllerAuthority,
-        leases: PaneLeases,
-        registry: PaneRegistry,
-        lifecycle: PaneLifecycle,
-        driver: PaneDriver,
-        git: Git,
-    ) -> None:
-        self._driver = driver
-        self._stores = stores
-        self._authority = authority
-        self._leases = leases
-        self._registry = registry
-        self._lifecycle = lifecycle
+    def __init__(self, ctx: ControlContext, git: Git) -> None:
+        self._ctx = ctx
         self._git = git
 
     def leases(self) -> list[PaneLease]:
         """Every writer lease, oldest first."""
-        return self._leases.all("writer")
+        return self._ctx.leases.all("writer")
 
     # ------------------------------------------------------------ start
 
@@ -141,13 +123,13 @@ class WriterLanes:
             )
         if not os.path.isabs(req.worktree):
             raise PanewardenError(ErrorCode.INVALID_ARGUMENT, "worktree must be an absolute path")
-        async with self._stores.locks.hold("controller", "writer"):
-            self._authority.check(identity, creds)
+        async with self._ctx.stores.locks.hold("controller", "writer"):
+            self._ctx.authority.check(identity, creds)
             terms = await self._admit(req, owned, locked)
             self._check_conflicts(terms, req.name)
             # Again after reading Git: the lease must still be live for the write.
-            ctl = self._authority.check(identity, creds)
-            now = self._leases.now()
+            ctl = self._ctx.authority.check(identity, creds)
+            now = self._ctx.leases.now()
             lease = PaneLease(
                 version=RECORD_VERSION,
                 lease_id=new_id("wrt"),
@@ -166,29 +148,29 @@ class WriterLanes:
             )
             # Written before the pane exists: a crash from here on leaves a retained
             # lease that blocks every conflicting writer until it is reconciled.
-            self._stores.pane_leases["writer"].save(lease.lease_id, lease)
-            self._leases.claim(lease)
+            self._ctx.stores.pane_leases["writer"].save(lease.lease_id, lease)
+            self._ctx.leases.claim(lease)
         # The pane starts without the store locks: the claimed `provisioning` lease holds
         # the name and the scopes, and nothing else changes the lease meanwhile.
         tag = LeaseTag(lease.lease_id, "writer", ctl.controller_id)
 
         def spawned(instance: str) -> None:
             nonlocal lease
-            lease = self._leases.save(lease, instance=instance)
+            lease = self._ctx.leases.save(lease, instance=instance)
 
         try:
-            pane = await self._lifecycle.start_pane(
+            pane = await self._ctx.lifecycle.start_pane(
                 req.name, req.profile, cwd=terms.worktree, lease=tag, on_spawn=spawned
             )
-            return self._leases.save(lease, state="active", instance=pane.handle.instance)
+            return self._ctx.leases.save(lease, state="active", instance=pane.handle.instance)
         except PanewardenError as exc:
-            self._leases.save(lease, state="failed_closed", failure=exc.code.value)
+            self._ctx.leases.save(lease, state="failed_closed", failure=exc.code.value)
             raise
         except BaseException:
-            self._leases.save(lease, state="failed_closed", failure="cancelled")
+            self._ctx.leases.save(lease, state="failed_closed", failure="cancelled")
             raise
         finally:
-            self._leases.unclaim(lease.lease_id)
+            self._ctx.leases.unclaim(lease.lease_id)
 
     async def _admit(self, req: WriterRequest, owned: list[str], locked: list[str]) -> WriterTerms:
         """Read Git and check the evidence; the terms to record."""
@@ -250,12 +232,12 @@ class WriterLanes:
             hit = first_overlap(terms.locked_scopes, other.owned_scopes)
             if hit is not None:
                 raise _conflict(f"locked scope {hit[0]!r} overlaps {hit[1]!r} owned by {who}")
-        for pane in self._registry.every_worker_pane():
+        for pane in self._ctx.registry.every_worker_pane():
             if pane.status.lifecycle != "lost" and _inside(
                 os.path.realpath(pane.cwd), terms.worktree
             ):
                 raise _conflict(f"pane {pane.name!r} already runs in {terms.worktree}")
-        if self._leases.retained_for(name) is not None:
+        if self._ctx.leases.retained_for(name) is not None:
             raise PanewardenError(
                 ErrorCode.PANE_EXISTS, f"a retained lease already names pane {name!r}"
             )
@@ -264,9 +246,9 @@ class WriterLanes:
 
     async def release(self, identity: str, creds: Credentials, req: ReleaseRequest) -> PaneLease:
         """Check Git, then capture and close the pane at ``expected_seq``; ``released``."""
-        async with self._stores.locks.hold("controller", "writer"):
-            ctl = self._authority.check(identity, creds)
-            lease = self._leases.get("writer", req.lease_id)
+        async with self._ctx.stores.locks.hold("controller", "writer"):
+            ctl = self._ctx.authority.check(identity, creds)
+            lease = self._ctx.leases.get("writer", req.lease_id)
             if lease.controller_id != ctl.controller_id:
                 raise PanewardenError(
                     ErrorCode.LEASE_CONFLICT, f"writer lease {req.lease_id} is another controller's"
@@ -287,9 +269,9 @@ class WriterLanes:
             released_terms = msgspec.structs.replace(
                 terms, release_head=head, release_status_sha256=status_sha256
             )
-            self._authority.check(identity, creds)  # still live after reading Git
+            self._ctx.authority.check(identity, creds)  # still live after reading Git
             job = begin_close(
-                self._leases,
+                self._ctx.leases,
                 lease,
                 req.expected_seq,
                 "released",
@@ -299,12 +281,12 @@ class WriterLanes:
                 writer=released_terms,
             )
         try:
-            return await finish_close(self._leases, self._lifecycle, self._driver, job)
+            return await finish_close(self._ctx.leases, self._ctx.lifecycle, self._ctx.driver, job)
         except PanewardenError as exc:
-            current = self._leases.get("writer", lease.lease_id)
+            current = self._ctx.leases.get("writer", lease.lease_id)
             if current.state == "releasing":
                 # The pane went away under the close: the release did not finish.
-                self._leases.save(current, state="release_failed", failure=exc.code.value)
+                self._ctx.leases.save(current, state="release_failed", failure=exc.code.value)
             raise
 
     async def _evidence(self, terms: WriterTerms) -> tuple[str, str]:

@@ -8,9 +8,11 @@ explicit state dir the second server is refused, and told to use the HTTP servic
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +21,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import REPO, Tools, eventually
+from tests.conftest import REPO, Tools, eventually, service_env
 from tests.faults import key_of, ppid, sigkill_all
 from tests.faults.test_supervisor_kill import CLIENT_GONE
 
@@ -156,3 +158,25 @@ def _wait_for(cond: Callable[[], bool], timeout_s: float = 20.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+async def test_a_graceful_stop_leaves_no_runtime_directory(state_dir: Path) -> None:
+    # Short, so the ipc path fits in 107 bytes and the service uses it.
+    runtime = Path(tempfile.mkdtemp(prefix="pwrt-"))
+    try:
+        env = service_env(state_dir, XDG_RUNTIME_DIR=str(runtime))
+        argv = ["-m", "supervisor", "serve", "--stdio"]
+        params = StdioServerParameters(command=sys.executable, args=argv, env=env, cwd=str(REPO))
+        async with Client(params) as c:
+            await Tools(c).call("start_pane", name="rt", profile="demo")
+            assert any(p.suffix in (".ipc", ".sock") for p in _files(runtime)), _files(runtime)
+        # The service stopped when its client left: its socket directory went with it.
+        gone = await eventually(lambda: not list((runtime / "panewarden").iterdir()), 10)
+        assert gone, _files(runtime)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def _files(root: Path) -> list[Path]:
+    """Everything below ``root`` (for assertions and their messages)."""
+    return sorted(root.rglob("*"))
