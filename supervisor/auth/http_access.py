@@ -66,6 +66,14 @@ class HttpGate:
         log.info("clients reloaded: %s", ", ".join(table.names()), extra={"op": "reload"})
         return True
 
+    def audit_ctl(
+        self, identity: str, tool: str, pane: str | None, outcome: str, code: str | None
+    ) -> None:
+        """Record one mutating ``panewarden ctl`` call; ``client`` is the attested pane
+        identity (``pane:...``), so ctl calls never pass as an HTTP client's."""
+        if self.audit_log is not None:
+            self.audit_log.record(identity, tool, pane, outcome, code)
+
     def close(self) -> None:
         """Close the audit file."""
         if self.audit_log is not None:

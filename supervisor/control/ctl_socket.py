@@ -46,6 +46,10 @@ WRITE_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
 
 Identify = Callable[[socket.socket, int], Awaitable[str]]
+# Records one mutating call: (identity, tool, target pane, outcome, code), content-free.
+AuditCall = Callable[[str, str, str | None, str, str | None], None]
+# Commands that only read: logged, never audited (as the MCP tools that only read).
+READ_ONLY_COMMANDS = frozenset({"status", "receipts"})
 
 
 @dataclass(frozen=True)
@@ -76,10 +80,17 @@ class _ClientGone(Exception):
 class CtlServer:
     """Serves ctl requests on an AF_UNIX socket; see the module docstring."""
 
-    def __init__(self, path: Path, identify: Identify, commands: Mapping[str, CtlCommand]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        identify: Identify,
+        commands: Mapping[str, CtlCommand],
+        audit: AuditCall | None = None,
+    ) -> None:
         self.path = path
         self._identify = identify
         self._commands = dict(commands)
+        self._audit = audit
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -135,6 +146,7 @@ class CtlServer:
         """Read, attest, run; the response line, or None when the client is gone."""
         op = "?"
         identity: str | None = None
+        target: str | None = None
         try:
             request = await _read_request(reader)
             op = request.op
@@ -147,24 +159,42 @@ class CtlServer:
                 args = msgspec.convert(request.args, command.args)
             except msgspec.ValidationError as exc:
                 raise PanewardenError(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
+            target = getattr(args, "name", None)
             result = await _unless_client_leaves(reader, command.run(identity, args))
         except _ClientGone:
-            _log_call(op, identity, "cancelled", None)
+            self._record(op, identity, target, "cancelled", None)
             return None
         except PanewardenError as exc:
-            _log_call(op, identity, "error", exc.code.value)
+            self._record(op, identity, target, "error", exc.code.value)
             return encode_error(exc.code, exc.message)
         except Exception:
             log.exception("ctl command failed", extra={"tool": f"ctl {op}"})
-            _log_call(op, identity, "error", ErrorCode.INTERNAL.value)
+            self._record(op, identity, target, "error", ErrorCode.INTERNAL.value)
             return encode_error(ErrorCode.INTERNAL, "internal error; see the service log")
-        _log_call(op, identity, "ok", None)
+        self._record(op, identity, target, "ok", None)
         body = msgspec.json.encode({"ok": True, "result": result})
         if len(body) >= MAX_RESPONSE_BYTES:
             return encode_error(
                 ErrorCode.INVALID_ARGUMENT, "the result is too large; ask for fewer --lines"
             )
         return body
+
+    def _record(
+        self, op: str, identity: str | None, target: str | None, outcome: str, code: str | None
+    ) -> None:
+        """Log the call; audit it when it was attested, known and not a read.
+
+        A request refused before its caller was attested (or naming no command) has no
+        one to attribute it to: the service log has it, the audit file does not.
+        """
+        _log_call(op, identity, outcome, code)
+        if (
+            self._audit is not None
+            and identity is not None
+            and op in self._commands
+            and op not in READ_ONLY_COMMANDS
+        ):
+            self._audit(identity, f"ctl {op}", target, outcome, code)
 
 
 async def _read_request(reader: asyncio.StreamReader) -> CtlRequest:

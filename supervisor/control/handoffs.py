@@ -43,6 +43,7 @@ from supervisor.control.records import (
     Receipt,
     SettledStatus,
 )
+from supervisor.panes.input_text import check_input_text
 from supervisor.panes.pane import SETTLED, Pane
 
 log = logging.getLogger(__name__)
@@ -212,6 +213,7 @@ class Handoffs:
 
     async def relay(self, identity: str, creds: Credentials, name: str, text: str) -> str:
         """Hand a prompt to a leased pane; returns the receipt once its turn began."""
+        check_input_text(text)
         ((pane, receipt),) = await self._admit_all(identity, creds, [name])
         pending = await self._deliver(pane, receipt, text)
         return pending.receipt_id
@@ -226,6 +228,8 @@ class Handoffs:
         lines: int | None,
     ) -> Outcome:
         """Admit all, deliver all at once, then collect (all, or the first to settle)."""
+        for request in requests:  # before anything is reserved
+            check_input_text(request.text)
         admitted = await self._admit_all(identity, creds, [r.name for r in requests])
         texts = {r.name: r.text for r in requests}
         outcome = Outcome()

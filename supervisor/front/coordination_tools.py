@@ -20,7 +20,6 @@ from supervisor.control.records import ControllerLease, Receipt
 from supervisor.control.service import ControlService
 from supervisor.front import coordination_schemas as cs
 from supervisor.front.pane_schemas import EmptyArgs
-from supervisor.front.pane_tools import check_text
 from supervisor.front.tooling import ToolSpec, caller_identity, with_progress
 
 
@@ -132,12 +131,10 @@ def coordination_tool_specs(control: ControlService) -> list[ToolSpec]:
         return {"leases": [lease_info(lease) for lease in authority.leases()]}
 
     async def relay(a: cs.RelayArgs, _ctx: Context) -> dict[str, Any]:
-        check_text(a.text)
         receipt = await handoffs.relay(caller_identity(), creds_of(a), a.name, a.text)
         return {"receipt": receipt}
 
     async def handoff(a: cs.HandoffArgs, ctx: Context) -> dict[str, Any]:
-        check_text(a.text)
         work = handoffs.batch(
             caller_identity(),
             creds_of(a),
@@ -149,8 +146,6 @@ def coordination_tool_specs(control: ControlService) -> list[ToolSpec]:
         return (await with_progress(ctx, work, a.timeout_s)).as_result()  # type: ignore[no-any-return]
 
     async def batch_handoff(a: cs.BatchHandoffArgs, ctx: Context) -> dict[str, Any]:
-        for request in a.requests:
-            check_text(request.text)
         requests = [HandoffRequest(r.name, r.text) for r in a.requests]
         work = handoffs.batch(
             caller_identity(), creds_of(a), requests, a.mode, a.timeout_s, a.lines

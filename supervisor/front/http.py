@@ -233,7 +233,7 @@ async def serve_http(
 ) -> None:
     """Serve until SIGTERM/SIGINT; SIGHUP reloads profiles, clients and the audit file."""
     extra_hosts = parse_allowed_hosts(config.allowed_hosts)
-    async with running_service(config, keep_panes=keep_panes) as services:
+    async with running_service(config, keep_panes=keep_panes, audit=gate.audit_ctl) as services:
         service = services.panes
         sock = _listen(address, port)
         try:

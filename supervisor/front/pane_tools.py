@@ -47,16 +47,6 @@ def pane_info(pane: Pane) -> dict[str, Any]:
     }
 
 
-def check_text(text: str) -> None:
-    for ch in text:
-        code = ord(ch)
-        if (code < 0x20 and ch not in "\n\t") or 0x7F <= code <= 0x9F:
-            raise PanewardenError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"text contains control character U+{code:04X}; only newline and tab are allowed",
-            )
-
-
 def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
     """The pane tools, run against ``service``."""
 
@@ -73,7 +63,6 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
         return {"pane": pane_info(pane)}
 
     async def send_input(a: ts.SendInputArgs, _ctx: Context) -> dict[str, Any]:
-        check_text(a.text)
         seq, turn = await service.driver.send_input(a.name, a.text, a.submit, a.expect_turn)
         return {"seq": seq, "turn": turn}
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from protocol.errors import PanewardenError
 from supervisor.config import ServiceConfig
 from supervisor.control.attestation import Attestor
-from supervisor.control.ctl_socket import CtlServer
+from supervisor.control.ctl_socket import AuditCall, CtlServer
 from supervisor.control.ctl_wire import CTL_SOCKET_NAME, CTL_SOCKET_VARIABLE
 from supervisor.control.service import ControlService
 from supervisor.front.ctl_commands import ctl_commands
@@ -55,9 +55,12 @@ class Services:
 
 @asynccontextmanager
 async def running_service(
-    config: ServiceConfig, keep_panes: bool = False
+    config: ServiceConfig, keep_panes: bool = False, audit: AuditCall | None = None
 ) -> AsyncIterator[Services]:
-    """Lock the state dir, start the pane and control cores, and stop them on exit."""
+    """Lock the state dir, start the pane and control cores, and stop them on exit.
+
+    ``audit`` records each mutating ``panewarden ctl`` call (HTTP with an audit file).
+    """
     state = ensure_private_dir(config.state_dir)
     lock = SupervisorLock(state)
     lock.acquire()
@@ -81,7 +84,9 @@ async def running_service(
         control = ControlService(config, service)
         control.start()
         lanes = LaneService(control)
-        ctl = CtlServer(ctl_path, Attestor(service.registry).identify, ctl_commands(control, lanes))
+        ctl = CtlServer(
+            ctl_path, Attestor(service.registry).identify, ctl_commands(control, lanes), audit
+        )
         try:
             await ctl.start()
             atomic_write(run_dir / "ctl", f"{ctl_path}\n".encode())

@@ -29,6 +29,7 @@ from protocol.messages import (
     WatchOutput,
     WriteInput,
 )
+from supervisor.panes.input_text import check_input_text
 from supervisor.panes.pane import Pane, wait_for_status
 from supervisor.panes.registry import PaneRegistry
 from supervisor.panes.workers import Reply, WorkerManager
@@ -78,6 +79,7 @@ class PaneDriver:
 
         A leased pane takes input only through its lease (``through_lease``: relay).
         """
+        check_input_text(text)
         pane = await self._registry.ready(name)
         if not through_lease:
             refuse_leased(pane, "send_input")

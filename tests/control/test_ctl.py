@@ -29,7 +29,9 @@ from mcp import Client
 from supervisor.control.attestation import PaneAnchor, ProcessKey, match_ancestry
 from supervisor.control.ctl_wire import MAX_REQUEST_BYTES
 from tests.conftest import REPO, Tools, eventually, stdio_params
+from tests.control.conftest import ALL_SCOPES
 from tests.faults import alive, key_of, start_ticks, supervisor_of
+from tests.service.conftest import ServiceFactory, connect, digest, new_token, read_audit
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
@@ -244,6 +246,26 @@ async def test_acquire_then_ask_from_a_pane_reaches_the_demo_reviewer(boss: Boss
     assert (after.rc, after.error_code()) == (1, "fence_invalid"), after
 
 
+async def test_ask_refuses_control_characters_before_anything_is_typed(boss: Boss) -> None:
+    """The text check of ``send_input`` holds on the ctl path too: an ESC never reaches
+    the reviewer's terminal, and no receipt is reserved for it."""
+    coord, tools = boss.coord, boss.tools
+    before = await tools.call("get_status", name="rev")
+    for argv in (
+        ("ask", "rev", "--", "\x1b[2Jzqx-esc"),
+        ("ask-many", "--mode", "all", "--request", "rev=zqx-csi\x9b2J"),
+        ("ask", "rev", "--", "zqx-bel\x07"),
+    ):
+        refused = await coord.ctl("--json", *argv)
+        assert (refused.rc, refused.error_code()) == (1, "invalid_argument"), refused
+        assert "control character" in refused.json()["error"]["message"]
+    assert (await coord.ctl("--json", "receipts")).json()["receipts"] == []
+    after = await tools.call("get_status", name="rev")
+    assert (after["turn"], after["state"]) == (before["turn"], "idle"), after
+    screen = (await tools.call("read_output", name="rev", scrollback=True))["text"]
+    assert "zqx-" not in screen
+
+
 async def test_ask_is_refused_to_every_caller_but_the_lease_holding_pane(boss: Boss) -> None:
     tools, coord = boss.tools, boss.coord
     # The holder cannot prompt its own pane.
@@ -381,6 +403,44 @@ async def test_the_socket_answers_bad_requests_with_typed_errors_and_goes_on_sto
         assert (await tools.call("list_panes"))["panes"] == []
     assert not sock.exists()
     assert not (state_dir / "run" / "ctl").exists()
+
+
+async def test_ctl_calls_are_audited_under_the_attested_pane(tmp_path: Path) -> None:
+    """Over HTTP with an audit file, every mutating ctl call leaves one content-free
+    record naming the pane identity that made it; reads leave none."""
+    factory = ServiceFactory(tmp_path)
+    token = new_token()
+    try:
+        service = factory.start(
+            token=None,
+            clients=[{"name": "ops", "token_sha256": digest(token), "scopes": ALL_SCOPES}],
+            audit=True,
+            extra_env={"PANEWARDEN_PROFILES": str(write_profiles(tmp_path))},
+        )
+        async with connect(service.url, token) as client:
+            tools = Tools(client)
+            coord = await PaneShell(tools, "coord", tmp_path).start()
+            acquire = ("--controller-id", "boss", "--authority-ref", "r")
+            acquired = await coord.ctl("--json", "acquire", *acquire, "--authority-sha256", SHA)
+            assert acquired.rc == 0, acquired
+            holder = acquired.json()["holder"]
+            assert (await coord.ctl("--json", "status")).rc == 0
+            refused = await coord.ctl("--json", "ask", "nobody", "--", "secret-words\x1b")
+            assert refused.error_code() == "invalid_argument", refused
+            missing = await coord.ctl("--json", "ask", "nobody", "--", "secret-words")
+            assert missing.rc == 1, missing
+        audit = read_audit(service.root / "audit" / "audit.jsonl")
+    finally:
+        factory.close()
+    ctl = [r for r in audit if r["tool"].startswith("ctl ")]
+    assert [(r["client"], r["tool"], r["pane"], r["outcome"]) for r in ctl] == [
+        (holder, "ctl acquire", None, "ok"),
+        (holder, "ctl ask", "nobody", "error"),
+        (holder, "ctl ask", "nobody", "error"),
+    ], ctl
+    assert ctl[1]["code"] == "invalid_argument"
+    assert ctl[2]["code"] == missing.error_code()
+    assert "secret-words" not in json.dumps(audit)
 
 
 async def _exchange_raw(sock: Path, raw: bytes, *, shut_write: bool = False) -> dict[str, Any]:
