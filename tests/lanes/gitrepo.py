@@ -42,16 +42,34 @@ WAIT_FOR_TRIGGER = (
 )
 
 
+# The exit status of a recipe whose network connection or write the sandbox refused.
+REFUSED_EXIT = 7
+
+
 def recipes_toml(port: int) -> str:
     """The test repository's recipes: real tests, a network try (a TCP connection to
     ``127.0.0.1:port``, where the test listens on the host), a write outside and inside
     the declared outputs, a recipe that waits for the worktree to change, a sleeper."""
-    py = sys.executable
-    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5)"
+    # The interpreter itself, not the venv's link to it: a checkout under /tmp (a CI
+    # clone) has its venv hidden by the sandbox's private /tmp, and the recipes need
+    # nothing but the standard library.
+    py = os.path.realpath(sys.executable)
+    # The refusals exit with their own status, so a recipe that failed for another reason
+    # (its interpreter not found, a typo) cannot pass for a refusal.
+    connect = (
+        "import socket, sys\n"
+        f"try: socket.create_connection(('127.0.0.1', {port}), timeout=5)\n"
+        f"except OSError: sys.exit({REFUSED_EXIT})"
+    )
+    write_outside = (
+        "import sys\n"
+        "try: open('stray.txt', 'w').write('x')\n"
+        f"except OSError: sys.exit({REFUSED_EXIT})"
+    )
     recipes = {
         "tests": [py, "-m", "unittest", "discover", "-s", "tests", "-t", "."],
         "network": [py, "-c", connect],
-        "write-outside": [py, "-c", "open('stray.txt', 'w').write('x')"],
+        "write-outside": [py, "-c", write_outside],
         "write-home": [py, "-c", "import os; open(os.path.expanduser('~/x'), 'w').write('x')"],
         "wait-for-change": [py, "-c", WAIT_FOR_TRIGGER],
         "sleep": [py, "-c", "import time; time.sleep(120)"],

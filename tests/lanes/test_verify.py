@@ -18,7 +18,7 @@ from mcp import Client
 
 from tests.conftest import Tools, eventually, stdio_params
 from tests.lanes.conftest import Lanes, acquire, profiles_file
-from tests.lanes.gitrepo import Repo, git, make_repo
+from tests.lanes.gitrepo import REFUSED_EXIT, Repo, git, make_repo
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 
@@ -89,10 +89,10 @@ async def test_recipes_run_sandboxed_and_leave_content_free_records(
     # The host reaches the port; the sandbox has its own, empty loopback.
     socket.create_connection(listener.getsockname(), timeout=5).close()
     network = await _verify(lanes, lease, "network")
-    assert network["state"] == "failed" and network["exit_code"] == 1, network
+    assert network["state"] == "failed" and network["exit_code"] == REFUSED_EXIT, network
 
     outside = await _verify(lanes, lease, "write-outside")
-    assert outside["state"] == "failed" and outside["exit_code"] == 1, outside
+    assert outside["state"] == "failed" and outside["exit_code"] == REFUSED_EXIT, outside
     assert not (wt / "stray.txt").exists()
 
     # The host is read-only in there: a HOME that takes writes is a private one.
