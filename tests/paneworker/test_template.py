@@ -242,10 +242,15 @@ def test_a_forked_worker_starts_as_a_cold_one_would(template: Template, tmp_path
         fdinfo = Path(f"/proc/self/fdinfo/{pidfd}").read_text()
         assert f"Pid:\t{worker}" in fdinfo
         assert key_of(worker) == (worker, forked.start_ticks)
-        stat = _stat_fields(worker)
-        # Its own session and group, below the template.
-        assert int(stat[1]) == template.proc.pid
-        assert int(stat[2]) == worker and int(stat[3]) == worker
+        # Below the template; its own session and group once its first steps ran (the
+        # template names the pid at once, before the child called setsid).
+        assert int(_stat_fields(worker)[1]) == template.proc.pid
+
+        def own_session() -> bool:
+            stat = _stat_fields(worker)
+            return int(stat[2]) == worker and int(stat[3]) == worker
+
+        assert _wait(own_session, GONE_WITHIN_S), _stat_fields(worker)
         assert _wait(lambda: comm(worker) == "pw-worker", GONE_WITHIN_S)
         # The worker environment (the template's own), never the template's descriptors:
         # the standard three, the pane's PTY and its own sockets, not the listener.
