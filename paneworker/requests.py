@@ -24,6 +24,7 @@ from paneworker.scheduler import Scheduler
 from paneworker.screenstate import Watch
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import (
+    READ_QUIET_MAX_S,
     AnswerDialog,
     CancelWatch,
     Close,
@@ -131,8 +132,16 @@ class RequestHandler:
 
     # ------------------------------------------------------------ requests
 
-    def _read_screen(self, msg: ReadScreen) -> None:
+    def _read_screen(self, msg: ReadScreen, since: float | None = None) -> None:
         screen = self.w.screen
+        if msg.quiet_s:
+            now = self.scheduler.clock()
+            since = now if since is None else since
+            screen.drain()
+            wait = min(screen.last_activity + msg.quiet_s - now, since + READ_QUIET_MAX_S - now)
+            if wait > 0:
+                self.scheduler.later(wait, lambda: self._read_screen_later(msg, since))
+                return
         status = screen.status
         if msg.expected_seq is not None and msg.expected_seq != status.seq:
             # A capture bound to a cursor: the pane moved on, its screen is another's.
@@ -140,10 +149,15 @@ class RequestHandler:
                 ErrorCode.CURSOR_MISMATCH,
                 f"the pane's seq is {status.seq}, not {msg.expected_seq}; nothing was read",
             )
+        text = None
+        if msg.since_input is not None:
+            text = screen.turn_text(msg.since_input, msg.lines)
+        if text is None:
+            text = screen.text(msg.lines, msg.scrollback or msg.since_input is not None)
         self.io.send(
             ScreenText(
                 rid=msg.rid,
-                text=screen.text(msg.lines, msg.scrollback),
+                text=text,
                 cursor=screen.terminal.cursor,
                 cols=screen.terminal.cols,
                 rows=screen.terminal.rows,
@@ -152,6 +166,12 @@ class RequestHandler:
                 state=status.state,
             )
         )
+
+    def _read_screen_later(self, msg: ReadScreen, since: float) -> None:
+        try:
+            self._read_screen(msg, since)
+        except PanewardenError as exc:
+            self.io.fail(msg.rid, exc)
 
     def _watch(self, msg: WatchOutput) -> None:
         compiled = compile_pattern(msg.pattern) if msg.regex else None

@@ -45,6 +45,7 @@ from paneworker.program import Program
 from paneworker.screen_rules import Decision, RuleSet, bundled_rules, classify
 from paneworker.status import StatusMachine
 from paneworker.terminal import Terminal
+from paneworker.turn_output import TurnMarks, rows_since, take_mark
 from protocol.boot import BootRecord
 from protocol.messages import OutputMatch, Status, ToSupervisor
 
@@ -138,6 +139,7 @@ class ScreenState:
         self._uncompacted = 0  # bytes received since the scrollback was last compacted
         self.watches: dict[int, Watch] = {}
         self._watched_generation = -1
+        self.turn_marks = TurnMarks()
         self.last_decision: Decision | None = None
         # When the program last wrote or the terminal last answered it (for settling).
         self.last_activity = float("-inf")
@@ -374,17 +376,26 @@ class ScreenState:
         rows = self.terminal.display_lines()
         if scrollback:
             rows = self.terminal.history_lines() + rows
-        while rows and not rows[-1]:
-            rows.pop()
-        if lines is not None:
-            rows = rows[-lines:] if lines > 0 else []
-        text = "\n".join(rows)
-        data = text.encode()
-        if len(data) > MAX_TEXT_BYTES:
-            # Keep the newest output; a frame must stay under the protocol limit.
-            text = data[-MAX_TEXT_BYTES:].decode(errors="ignore")
-            text = text[text.find("\n") + 1 :]
-        return text
+        return _render(rows, lines)
+
+    def mark_input(self, cursor: int) -> None:
+        """Mark where the screen stands before the input taken at ``cursor`` is typed."""
+        self.catch_up()
+        terminal = self.terminal
+        self.turn_marks.record(
+            cursor, take_mark(terminal.history_lines(), terminal.display_lines())
+        )
+
+    def turn_text(self, cursor: int, lines: int | None) -> str | None:
+        """What the screen changed since the input typed at ``cursor`` (its last ``lines``
+        lines, bounded), or None with no usable mark (see ``turn_output``)."""
+        mark = self.turn_marks.get(cursor)
+        if mark is None:
+            return None
+        self.catch_up()
+        terminal = self.terminal
+        rows = rows_since(mark, terminal.history_lines(), terminal.display_lines())
+        return None if rows is None else _render(rows, lines)
 
     # ------------------------------------------------------------ watches
 
@@ -408,3 +419,18 @@ class ScreenState:
             if line is not None:
                 del self.watches[watch_id]
                 self._send(OutputMatch(watch_id=watch_id, line=line, seq=self.status.seq))
+
+
+def _render(rows: list[str], lines: int | None) -> str:
+    """The text of ``rows`` without trailing blank lines: the last ``lines`` of them, and
+    the newest ``MAX_TEXT_BYTES`` at most (a frame must stay under the protocol limit)."""
+    while rows and not rows[-1]:
+        rows.pop()
+    if lines is not None:
+        rows = rows[-lines:] if lines > 0 else []
+    text = "\n".join(rows)
+    data = text.encode()
+    if len(data) > MAX_TEXT_BYTES:
+        text = data[-MAX_TEXT_BYTES:].decode(errors="ignore")
+        text = text[text.find("\n") + 1 :]
+    return text

@@ -70,13 +70,26 @@ class Interrupt(_Msg, tag="interrupt"):
     rid: int
 
 
+# The longest a ``ReadScreen`` with ``quiet_s`` waits for the program to stop writing.
+READ_QUIET_MAX_S = 2.0
+
+
 class ReadScreen(_Msg, tag="read_screen"):
-    """The screen's text; with ``expected_seq``, only while the pane is at that seq."""
+    """The screen's text; with ``expected_seq``, only while the pane is at that seq.
+
+    With ``since_input`` (the cursor a ``WriteInput`` reply returned), only what the
+    screen changed since that input was typed: the output of the turn it started; the
+    newest lines (scrollback included) when the worker has no usable mark of it.
+    With ``quiet_s``, read once the program wrote nothing for that long (at most
+    ``READ_QUIET_MAX_S`` later): some CLIs report a settle before they draw its last lines.
+    """
 
     rid: int
     lines: int | None = None
     scrollback: bool = False
     expected_seq: int | None = None
+    since_input: int | None = None
+    quiet_s: float | None = None
 
 
 class AnswerDialog(_Msg, tag="answer_dialog"):

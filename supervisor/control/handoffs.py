@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 # How long a delivered prompt may take to show its turn before the receipt is ambiguous.
 TURN_START_TIMEOUT_S = 30.0
 DEFAULT_CAPTURE_LINES = 200
+# A turn's output is read once the program wrote nothing for this long (the worker waits
+# at most READ_QUIET_MAX_S): Claude Code reports `done` before it draws the reply.
+CAPTURE_QUIET_S = 0.3
 # Delivery errors after which nothing was typed: the receipt fails, it blocks nothing.
 CLEAN_REFUSALS = frozenset(
     {
@@ -334,19 +337,29 @@ class Handoffs:
             return None
         if settled.lifecycle == "lost":
             return self._fail(receipt, "collect", ErrorCode.WORKER_LOST)
-        output = await self._capture(pane, settled.seq, lines)
+        output = await self._capture(pane, settled.seq, receipt.cursor, lines)
         digest = None if output is None else hashlib.sha256(output.encode()).hexdigest()
         if settled.state != "blocked":
             self._save(receipt, state="completed", result=status_of(settled), capture_sha256=digest)
         return _completed(receipt, settled, output)
 
-    async def _capture(self, pane: Pane, seq: int, lines: int | None) -> str | None:
-        """The pane's screen, only if it is still at ``seq`` (checked in the worker)."""
+    async def _capture(
+        self, pane: Pane, seq: int, cursor: int | None, lines: int | None
+    ) -> str | None:
+        """The output of the receipt's turn (what the screen changed since its prompt was
+        typed at ``cursor``), only if the pane is still at ``seq`` (checked in the worker)."""
         count = DEFAULT_CAPTURE_LINES if lines is None else lines
         try:
             reply = await self._ctx.driver.rpc(
                 pane,
-                lambda rid: ReadScreen(rid=rid, lines=count, scrollback=True, expected_seq=seq),
+                lambda rid: ReadScreen(
+                    rid=rid,
+                    lines=count,
+                    scrollback=True,
+                    expected_seq=seq,
+                    since_input=cursor,
+                    quiet_s=CAPTURE_QUIET_S,
+                ),
             )
         except PanewardenError as exc:
             if exc.code in (ErrorCode.CURSOR_MISMATCH, ErrorCode.WORKER_LOST):
@@ -360,7 +373,7 @@ class Handoffs:
         pane = self._ctx.registry.panes.get(receipt.name)
         output = None
         if pane is not None and pane.handle.instance == receipt.instance:
-            output = await self._capture(pane, receipt.result.seq, lines)
+            output = await self._capture(pane, receipt.result.seq, receipt.cursor, lines)
         return {
             "receipt": receipt.receipt_id,
             "name": receipt.name,

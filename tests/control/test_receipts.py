@@ -129,7 +129,12 @@ async def test_collect_returns_that_turn_and_replays_it_until_the_pane_moves_on(
     later_text = f"later {secrets.token_hex(4)}"
     later = await ctl.call("handoff", name="s11", text=later_text, timeout_s=SETTLE_S)
     assert [c["status"]["turn"] for c in later["completed"]] == [2], later
-    assert f"reply: {later_text}" in later["completed"][0]["output"]
+    later_output = later["completed"][0]["output"]
+    assert f"reply: {later_text}" in later_output
+    # That turn's output only: it starts at its own prompt line, and the first turn's
+    # reply, still on the screen above it, is not part of it.
+    assert later_output.splitlines()[0].endswith(later_text), later_output
+    assert first_text not in later_output, later_output
     replay = await collect(ctl, first)
     (old,) = replay["completed"]
     assert old["status"] == item["status"]

@@ -138,11 +138,12 @@ def _need(cli: str) -> None:
     need(PACKAGES[cli])
 
 
-async def _ready(env: Env, cli: str) -> dict[str, Any]:
-    """Start the pane and wait until it takes a prompt."""
+async def _ready(env: Env, cli: str, *, start: bool = True) -> dict[str, Any]:
+    """Start the pane (unless it was started already) and wait until it takes a prompt."""
     if cli in TITLED:
         env.model.delay_s = MODEL_DELAY_S
-    await env.tools.call("start_pane", name=cli, profile=cli)
+    if start:
+        await env.tools.call("start_pane", name=cli, profile=cli)
     if READY[cli] is not None:
         match = await env.tools.call("wait_output", name=cli, pattern=READY[cli], timeout_s=40)
         assert match["matched"], f"{cli} never showed {READY[cli]!r}"
