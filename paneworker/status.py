@@ -5,11 +5,12 @@ root record or a screen rule), lifecycle changes and the facts that a dialog was
 denied or the turn interrupted. Rules (docs/design.md §4):
 - ``seq`` +1 on every recorded change of (state, kind, lifecycle); never decreases.
 - ``turn`` +1 when the pane goes ``working`` outside a turn, or straight to a
-  ``blocked`` permission dialog after a finished turn or idle (a brief ``working`` may go
-  unseen); ``blocked`` -> ``working`` stays in the same turn. Before the first client
-  input (``note_input``) no turn opens: a program's own start-up activity (Codex reports
-  working then idle right after its first idle) is not a turn, so a client's first
-  prompt to a fresh pane is always turn 1.
+  ``blocked`` permission dialog outside a turn (after a finished turn, idle, or a screen
+  no rule matched: a brief ``working`` may go unseen); ``blocked`` -> ``working`` stays
+  in the same turn. Before the first client input (``note_input``) no turn opens: a
+  program's own start-up activity (Codex reports working then idle right after its
+  first idle) is not a turn, so a client's first prompt to a fresh pane is always
+  turn 1.
 - An ``idle`` that ends a turn is reported as ``done`` (agents such as OpenCode and
   Claude never report ``done``), or ``cancelled`` when the turn was denied at a dialog
   or interrupted.
@@ -125,11 +126,13 @@ class StatusMachine:
                 not self._in_turn
                 and self._input_seen
                 and new_kind == "permission"
-                and self.state in ("idle", "done", "cancelled", "error")
+                and self.state != "blocked"
             ):
-                # IDLE | DONE | CANCELLED | ERROR -> BLOCKED(permission): asking to use a
-                # tool means work began, even if a brief `working` was never seen (screen
-                # rules need two agreeing looks). From the start (a trust prompt) it does not.
+                # IDLE | DONE | CANCELLED | ERROR | UNKNOWN -> BLOCKED(permission): asking
+                # to use a tool means work began, even if a brief `working` was never seen
+                # (screen rules need two agreeing looks, and a screen between two frames
+                # may match no rule at all). Before the first input (a trust prompt at
+                # start) it does not.
                 self.turn += 1
                 self._in_turn = True
                 self._turn_cancelled = False

@@ -77,6 +77,20 @@ def test_a_permission_dialog_straight_after_a_finished_turn_opens_a_new_turn() -
     assert (m.state, m.turn) == ("done", 2)
 
 
+@pytest.mark.parametrize("between", ["clear", "unknown"])
+def test_a_permission_dialog_after_an_unclear_screen_opens_the_turn(between: str) -> None:
+    # Codex, 1 run in ~20: after the prompt its screen matched no rule for a moment
+    # (unknown), then its dialog showed before a `working` was ever decided. The prompt's
+    # turn began all the same: the dialog must not read as turn 0.
+    m = running(prompted=False)
+    feed(m, "idle")
+    m.note_input()
+    feed(m, between, "blocked:permission")
+    assert (m.state, m.turn) == ("blocked", 1)
+    feed(m, "working", "idle")
+    assert (m.state, m.turn) == ("done", 1)
+
+
 def test_start_up_activity_before_the_first_input_opens_no_turn() -> None:
     # Codex reports working then idle right after its first idle, before any prompt.
     m = running(prompted=False)
