@@ -21,6 +21,7 @@ from supervisor.control.controllers import Credentials
 from supervisor.control.fences import new_id
 from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease
 from supervisor.lanes.closing import BUSY_STATES, CloseJob, begin_close, finish_close
+from supervisor.lanes.provisioning import OnSpawn, start_leased_pane
 from supervisor.panes.pane import LeaseTag, Pane
 
 # Agent kinds whose model and effort can be chosen at start, and the flags that say so.
@@ -84,28 +85,14 @@ class ReviewerLanes:
             )
             self._ctx.stores.pane_leases["reviewer"].save(lease.lease_id, lease)
             self._ctx.leases.claim(lease)
-        # The pane starts without the store locks: the claimed `provisioning` lease
-        # holds the name, and nothing else changes the lease meanwhile.
-        tag = LeaseTag(lease.lease_id, "reviewer", ctl.controller_id)
 
-        def spawned(instance: str) -> None:
-            nonlocal lease
-            lease = self._ctx.leases.save(lease, instance=instance)
-
-        try:
+        async def launch(tag: LeaseTag, on_spawn: OnSpawn) -> Pane:
             extra = self._model_args(profile, model, effort)
-            pane = await self._ctx.lifecycle.start_pane(
-                name, profile, cwd=cwd, extra_args=extra, lease=tag, on_spawn=spawned
+            return await self._ctx.lifecycle.start_pane(
+                name, profile, cwd=cwd, extra_args=extra, lease=tag, on_spawn=on_spawn
             )
-            return self._ctx.leases.save(lease, state="active", instance=pane.handle.instance)
-        except PanewardenError as exc:
-            self._ctx.leases.save(lease, state="failed_closed", failure=exc.code.value)
-            raise
-        except BaseException:
-            self._ctx.leases.save(lease, state="failed_closed", failure="cancelled")
-            raise
-        finally:
-            self._ctx.leases.unclaim(lease.lease_id)
+
+        return await start_leased_pane(self._ctx, lease, launch)
 
     def _model_args(self, profile: str, model: str | None, effort: str | None) -> list[str] | None:
         if model is None and effort is None:

@@ -40,8 +40,8 @@ from supervisor.control.fences import new_id
 from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease, WriterTerms
 from supervisor.lanes.closing import begin_close, finish_close
 from supervisor.lanes.git import Git
+from supervisor.lanes.provisioning import start_leased_pane
 from supervisor.lanes.scopes import first_overlap, normalise_scopes
-from supervisor.panes.pane import LeaseTag
 
 # States from which a release may (again) be asked for.
 RELEASABLE = frozenset({"active", "release_failed"})
@@ -150,27 +150,13 @@ class WriterLanes:
             # lease that blocks every conflicting writer until it is reconciled.
             self._ctx.stores.pane_leases["writer"].save(lease.lease_id, lease)
             self._ctx.leases.claim(lease)
-        # The pane starts without the store locks: the claimed `provisioning` lease holds
-        # the name and the scopes, and nothing else changes the lease meanwhile.
-        tag = LeaseTag(lease.lease_id, "writer", ctl.controller_id)
-
-        def spawned(instance: str) -> None:
-            nonlocal lease
-            lease = self._ctx.leases.save(lease, instance=instance)
-
-        try:
-            pane = await self._ctx.lifecycle.start_pane(
-                req.name, req.profile, cwd=terms.worktree, lease=tag, on_spawn=spawned
-            )
-            return self._ctx.leases.save(lease, state="active", instance=pane.handle.instance)
-        except PanewardenError as exc:
-            self._ctx.leases.save(lease, state="failed_closed", failure=exc.code.value)
-            raise
-        except BaseException:
-            self._ctx.leases.save(lease, state="failed_closed", failure="cancelled")
-            raise
-        finally:
-            self._ctx.leases.unclaim(lease.lease_id)
+        return await start_leased_pane(
+            self._ctx,
+            lease,
+            lambda tag, on_spawn: self._ctx.lifecycle.start_pane(
+                req.name, req.profile, cwd=terms.worktree, lease=tag, on_spawn=on_spawn
+            ),
+        )
 
     async def _admit(self, req: WriterRequest, owned: list[str], locked: list[str]) -> WriterTerms:
         """Read Git and check the evidence; the terms to record."""
