@@ -63,16 +63,6 @@ class Dispatcher:
         self._screen = screen
         self.dec_modes: set[int] = set()
         self._errors = 0
-        s = screen
-        self._controls: dict[str, Callable[[], None]] = {
-            "\n": s.linefeed,
-            "\x0b": s.linefeed,
-            "\x0c": s.linefeed,
-            "\r": s.carriage_return,
-            "\x08": s.backspace,
-            "\t": s.tab,
-        }
-        self._csi: dict[tuple[str, str, str], Callable[[str], None]] = self._csi_table()
         # (params, attributes before) -> attributes after: an SGR seen before is one lookup.
         self._sgr_cache: dict[tuple[str, Char], Char] = {}
 
@@ -109,11 +99,11 @@ class Dispatcher:
             self._log_error("control")
 
     def control(self, char: str) -> None:
-        handler = self._controls.get(char)
+        handler = _CONTROLS.get(char)
         if handler is None:
             return  # BEL, SO/SI (UTF-8 only), NUL: nothing to show
         try:
-            handler()
+            handler(self._screen)
         except Exception:  # containment boundary
             self._log_error("control")
 
@@ -155,11 +145,11 @@ class Dispatcher:
             prefix, params = params[0], params[1:]
         if any(c in params for c in "<=>?"):
             return  # a marker anywhere else makes the sequence meaningless
-        handler = self._csi.get((prefix, intermediates, final))
+        handler = _CSI.get((prefix, intermediates, final))
         if handler is None:
             return  # unknown or deliberately ignored (kitty keys, XTMODKEYS, ...)
         try:
-            handler(params)
+            handler(self, params)
         except Exception:  # containment boundary: bad parameters, pyte asserts
             self._log_error("CSI " + prefix + intermediates + final)
 
@@ -168,53 +158,6 @@ class Dispatcher:
     def _reset(self) -> None:
         self._screen.reset()
         self.dec_modes.clear()
-
-    def _csi_table(self) -> dict[tuple[str, str, str], Callable[[str], None]]:
-        s = self._screen
-
-        def one(method: Callable[[int], None], default: int = 0) -> Callable[[str], None]:
-            return lambda p: method(_arg(_numbers(p), 0, default))
-
-        table: dict[tuple[str, str, str], Callable[[str], None]] = {
-            ("", "", "@"): one(s.insert_characters),
-            ("", "", "A"): one(s.cursor_up),
-            ("", "", "B"): one(s.cursor_down),
-            ("", "", "C"): one(s.cursor_forward),
-            ("", "", "D"): one(s.cursor_back),
-            ("", "", "E"): one(s.cursor_down1),
-            ("", "", "F"): one(s.cursor_up1),
-            ("", "", "G"): one(s.cursor_to_column),
-            ("", "", "`"): one(s.cursor_to_column),
-            ("", "", "H"): self._cup,
-            ("", "", "f"): self._cup,
-            ("", "", "J"): one(s.erase_in_display),
-            ("?", "", "J"): one(s.erase_in_display),
-            ("", "", "K"): one(s.erase_in_line),
-            ("?", "", "K"): one(s.erase_in_line),
-            ("", "", "L"): one(s.insert_lines),
-            ("", "", "M"): one(s.delete_lines),
-            ("", "", "P"): one(s.delete_characters),
-            ("", "", "X"): one(s.erase_characters),
-            ("", "", "a"): one(s.cursor_forward),
-            ("", "", "b"): one(s.repeat_last, 1),
-            ("", "", "d"): one(s.cursor_to_line),
-            ("", "", "e"): one(s.cursor_down),
-            ("", "", "g"): one(s.clear_tab_stop),
-            ("", "", "I"): one(s.tab_forward, 1),
-            ("", "", "Z"): one(s.tab_back, 1),
-            ("", "", "S"): self._scroll_up,
-            ("", "", "T"): self._scroll_down,
-            ("", "", "r"): self._margins,
-            ("", "", "s"): lambda p: s.save_cursor(),
-            ("", "", "u"): lambda p: s.restore_cursor(),
-            ("", "", "m"): self._sgr,
-            ("", "", "h"): self._ansi_modes(True),
-            ("", "", "l"): self._ansi_modes(False),
-            ("?", "", "h"): self._dec_mode_set,
-            ("?", "", "l"): self._dec_mode_reset,
-            ("", "!", "p"): lambda p: s.soft_reset(),
-        }
-        return table
 
     def _cup(self, params: str) -> None:
         numbers = _numbers(params)
@@ -253,15 +196,11 @@ class Dispatcher:
             self._sgr_cache.clear()
         self._sgr_cache[key] = self._screen.cursor.attrs
 
-    def _ansi_modes(self, on: bool) -> Callable[[str], None]:
-        def apply(params: str) -> None:
-            modes = [m for m in _numbers(params) if m in _KNOWN_ANSI_MODES]
-            if on:
-                self._screen.set_mode(*modes)
-            else:
-                self._screen.reset_mode(*modes)
+    def _ansi_mode_set(self, params: str) -> None:
+        self._screen.set_mode(*[m for m in _numbers(params) if m in _KNOWN_ANSI_MODES])
 
-        return apply
+    def _ansi_mode_reset(self, params: str) -> None:
+        self._screen.reset_mode(*[m for m in _numbers(params) if m in _KNOWN_ANSI_MODES])
 
     def _dec_mode_set(self, params: str) -> None:
         s = self._screen
@@ -291,3 +230,69 @@ class Dispatcher:
             elif mode == 1048:
                 s.restore_cursor()
             self.dec_modes.discard(mode)
+
+
+# The handler tables, built once at import and shared by every screen (and, in a worker
+# forked from the template, by every worker: a table built per screen touched every
+# handler and copied the pages holding them).
+Handler = Callable[[Dispatcher, str], None]
+
+
+def _one(method: Callable[[PaneScreen, int], None], default: int = 0) -> Handler:
+    """A sequence with one numeric parameter (``default`` when absent or 0)."""
+    return lambda d, p: method(d._screen, _arg(_numbers(p), 0, default))
+
+
+def _plain(method: Callable[[PaneScreen], None]) -> Handler:
+    """A sequence whose parameters mean nothing."""
+    return lambda d, _p: method(d._screen)
+
+
+_CONTROLS: dict[str, Callable[[PaneScreen], None]] = {
+    "\n": PaneScreen.linefeed,
+    "\x0b": PaneScreen.linefeed,
+    "\x0c": PaneScreen.linefeed,
+    "\r": PaneScreen.carriage_return,
+    "\x08": PaneScreen.backspace,
+    "\t": PaneScreen.tab,
+}
+
+_CSI: dict[tuple[str, str, str], Handler] = {
+    ("", "", "@"): _one(PaneScreen.insert_characters),
+    ("", "", "A"): _one(PaneScreen.cursor_up),
+    ("", "", "B"): _one(PaneScreen.cursor_down),
+    ("", "", "C"): _one(PaneScreen.cursor_forward),
+    ("", "", "D"): _one(PaneScreen.cursor_back),
+    ("", "", "E"): _one(PaneScreen.cursor_down1),
+    ("", "", "F"): _one(PaneScreen.cursor_up1),
+    ("", "", "G"): _one(PaneScreen.cursor_to_column),
+    ("", "", "`"): _one(PaneScreen.cursor_to_column),
+    ("", "", "H"): Dispatcher._cup,
+    ("", "", "f"): Dispatcher._cup,
+    ("", "", "J"): _one(PaneScreen.erase_in_display),
+    ("?", "", "J"): _one(PaneScreen.erase_in_display),
+    ("", "", "K"): _one(PaneScreen.erase_in_line),
+    ("?", "", "K"): _one(PaneScreen.erase_in_line),
+    ("", "", "L"): _one(PaneScreen.insert_lines),
+    ("", "", "M"): _one(PaneScreen.delete_lines),
+    ("", "", "P"): _one(PaneScreen.delete_characters),
+    ("", "", "X"): _one(PaneScreen.erase_characters),
+    ("", "", "a"): _one(PaneScreen.cursor_forward),
+    ("", "", "b"): _one(PaneScreen.repeat_last, 1),
+    ("", "", "d"): _one(PaneScreen.cursor_to_line),
+    ("", "", "e"): _one(PaneScreen.cursor_down),
+    ("", "", "g"): _one(PaneScreen.clear_tab_stop),
+    ("", "", "I"): _one(PaneScreen.tab_forward, 1),
+    ("", "", "Z"): _one(PaneScreen.tab_back, 1),
+    ("", "", "S"): Dispatcher._scroll_up,
+    ("", "", "T"): Dispatcher._scroll_down,
+    ("", "", "r"): Dispatcher._margins,
+    ("", "", "s"): _plain(PaneScreen.save_cursor),
+    ("", "", "u"): _plain(PaneScreen.restore_cursor),
+    ("", "", "m"): Dispatcher._sgr,
+    ("", "", "h"): Dispatcher._ansi_mode_set,
+    ("", "", "l"): Dispatcher._ansi_mode_reset,
+    ("?", "", "h"): Dispatcher._dec_mode_set,
+    ("?", "", "l"): Dispatcher._dec_mode_reset,
+    ("", "!", "p"): _plain(PaneScreen.soft_reset),
+}

@@ -98,13 +98,15 @@ class PaneScreen(pyte.Screen):
         self.alternate_active = False
         self.last_char: str | None = None
         self._alt_saved_cursor: Cursor | None = None
+        # The buffer not shown. While the main one shows, the alternate buffer is made
+        # only when first entered (``[]`` until then): most panes never show it, and a
+        # blank 200x50 buffer is 80 KiB in every idle worker.
         self._other_buffer: Buffer = []
         self._glyph_sets: dict[Char, _Glyphs] = {}
         self._glyphs_for: tuple[Any, _Glyphs | None] = (None, None)
         self._narrow: dict[str, bool] = {}
         self._widths: dict[str, int] = {}
         super().__init__(columns, lines)
-        self._other_buffer = self._new_buffer()
 
     def _blank(self) -> Row:
         return [self.default_char] * self.columns
@@ -119,7 +121,7 @@ class PaneScreen(pyte.Screen):
         self.history.clear()
         self.alternate_active = False
         self._alt_saved_cursor = None
-        self._other_buffer = self._new_buffer()
+        self._other_buffer = []
         self.savepoints.clear()
         self.last_char = None
 
@@ -498,19 +500,17 @@ class PaneScreen(pyte.Screen):
             return
         if save_cursor:
             self._alt_saved_cursor = _copy_cursor(self.cursor)
-        self.buffer, self._other_buffer = self._other_buffer, self.buffer
+        alternate = self._other_buffer if self._other_buffer and not clear else None
+        self.buffer, self._other_buffer = alternate or self._new_buffer(), self.buffer
         self.alternate_active = True
-        if clear:
-            self.buffer = self._new_buffer()
         self.dirty.update(range(self.lines))
 
     def leave_alternate(self, *, clear: bool, restore_cursor: bool) -> None:
         """Show the main buffer again, exactly as it was left."""
         if not self.alternate_active:
             return
-        if clear:
-            self.buffer = self._new_buffer()
-        self.buffer, self._other_buffer = self._other_buffer, self.buffer
+        # Cleared, the alternate buffer is blank: unmade again until the next entry.
+        self.buffer, self._other_buffer = self._other_buffer, [] if clear else self.buffer
         self.alternate_active = False
         if restore_cursor and self._alt_saved_cursor is not None:
             hidden = self.cursor.hidden
@@ -563,7 +563,8 @@ class PaneScreen(pyte.Screen):
             else:
                 self._other_buffer = self._shrink_rows(self._other_buffer, 0, lines, False)
         self.buffer = self._fit(self.buffer, lines, columns)
-        self._other_buffer = self._fit(self._other_buffer, lines, columns)
+        if self._other_buffer:  # an alternate buffer never entered stays unmade
+            self._other_buffer = self._fit(self._other_buffer, lines, columns)
         old_columns = self.columns
         self.tabstops = {t for t in self.tabstops if t < columns} | {
             t for t in range(8, columns, 8) if t >= old_columns
