@@ -408,8 +408,15 @@ class _Helper:
         """Run ``sh -c script`` in a new session, with ``fds`` mapped {target: source}."""
         actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)]
         actions += [(os.POSIX_SPAWN_DUP2, src, dst) for dst, src in (fds or {}).items()]
+        # Default dispositions whatever this run inherited (``nohup pytest`` ignores
+        # SIGHUP, and an ignored signal stays ignored across exec).
         pid = os.posix_spawn(
-            SH, ["sh", "-c", script], dict(os.environ), file_actions=actions, setsid=True
+            SH,
+            ["sh", "-c", script],
+            dict(os.environ),
+            file_actions=actions,
+            setsid=True,
+            setsigdef=(signal.SIGHUP, signal.SIGINT, signal.SIGTERM),
         )
         self.remember(pid)
         return pid
