@@ -12,9 +12,13 @@ import os
 import select
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from protocol import logjson
 from protocol.boot import MAX_BOOT_BYTES, BootRecord, decode_boot
+
+if TYPE_CHECKING:
+    from paneworker.spares import SpareScreens
 
 BOOT_READ_TIMEOUT_S = 10.0
 
@@ -56,11 +60,14 @@ def read_all(fd: int, timeout_s: float) -> bytes:
     return b"".join(chunks)
 
 
-def run_worker(boot_fd: int, configure_logging: bool = True) -> int:
+def run_worker(
+    boot_fd: int, configure_logging: bool = True, spares: SpareScreens | None = None
+) -> int:
     """Read the boot record from ``boot_fd``, start the pane and run its loop.
 
     The one way into a worker, whether started by itself (``main``) or forked from the
-    worker template (whose logging, the same, it keeps: ``configure_logging=False``).
+    worker template (whose logging, the same, it keeps: ``configure_logging=False``,
+    and whose blank screens it may adopt: ``spares``).
     """
     if configure_logging:
         logjson.configure(os.environ.get("PANEWARDEN_LOG_LEVEL", "INFO"))
@@ -72,7 +79,16 @@ def run_worker(boot_fd: int, configure_logging: bool = True) -> int:
     # Imported late: a bad boot record should fail fast without loading pyte/zmq.
     from paneworker.worker import PaneWorker
 
-    return PaneWorker(boot).run()
+    spare = spares.take(boot) if spares is not None else None
+    if spare is not None:
+        log.debug(
+            "adopting the template's blank %s screen, %dx%d",
+            boot.emulator,
+            boot.cols,
+            boot.rows,
+            extra={"pane": boot.pane},
+        )
+    return PaneWorker(boot, spare).run()
 
 
 def main(argv: list[str] | None = None) -> int:

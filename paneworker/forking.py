@@ -21,9 +21,12 @@ import os
 import signal
 import sys
 import traceback
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from paneworker.oscalls import OsCalls
+
+if TYPE_CHECKING:
+    from paneworker.spares import SpareScreens
 
 # The template handles these; a worker installs its own.
 TEMPLATE_SIGNALS = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -32,8 +35,11 @@ WORKER_PROCESS_NAME = "pw-worker"
 EXIT_SOFTWARE = 70
 
 
-def become_worker(boot_fd: int, stderr_fd: int) -> NoReturn:
-    """Turn this freshly forked child into a pane worker and run it; never returns."""
+def become_worker(boot_fd: int, stderr_fd: int, spares: SpareScreens | None = None) -> NoReturn:
+    """Turn this freshly forked child into a pane worker and run it; never returns.
+
+    ``spares``: the template's blank screens, one of which the worker may adopt.
+    """
     code = EXIT_SOFTWARE
     try:
         # First: from here on ``ps`` tells this worker from its template.
@@ -50,7 +56,7 @@ def become_worker(boot_fd: int, stderr_fd: int) -> NoReturn:
         gc.enable()
         from paneworker.__main__ import run_worker
 
-        code = run_worker(boot_fd, configure_logging=False)
+        code = run_worker(boot_fd, configure_logging=False, spares=spares)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else EXIT_SOFTWARE
     except BaseException:

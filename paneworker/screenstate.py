@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from paneworker.emulator import EmulatorUnavailable
+from paneworker.emulator import EmulatorUnavailable, ScreenModel
 from paneworker.osc7501 import StatusReport
 from paneworker.patterns import Pattern
 from paneworker.program import Program
@@ -115,8 +115,10 @@ class ScreenState:
         *,
         rules: RuleSet | None = None,
         clock: Callable[[], float] = time.monotonic,
+        spare: ScreenModel | None = None,
     ) -> None:
-        """``rules`` default to the bundled rules for ``boot.agent``.
+        """``rules`` default to the bundled rules for ``boot.agent``; ``spare`` is a
+        blank screen of the boot's backend and size to adopt (:mod:`paneworker.spares`).
 
         Raises:
             RulesError: the bundled rules file is broken (a packaging bug).
@@ -130,7 +132,7 @@ class ScreenState:
         self.program: Program | None = None
         self._limit = boot.output_buffer_bytes
         self._drop = boot.output_overflow == "drop"
-        self.terminal = self._open_terminal(boot)
+        self.terminal = self._open_terminal(boot, spare)
         # Called now and then during a long catch-up (the worker sends heartbeats).
         self.keepalive: Callable[[], None] | None = None
         self._keepalive_at = 0.0
@@ -144,8 +146,8 @@ class ScreenState:
         # When the program last wrote or the terminal last answered it (for settling).
         self.last_activity = float("-inf")
 
-    def _open_terminal(self, boot: BootRecord) -> Terminal:
-        def terminal(emulator: str) -> Terminal:
+    def _open_terminal(self, boot: BootRecord, spare: ScreenModel | None) -> Terminal:
+        def terminal(emulator: str, model: ScreenModel | None = None) -> Terminal:
             return Terminal(
                 boot.cols,
                 boot.rows,
@@ -157,10 +159,11 @@ class ScreenState:
                 history_lines=boot.history_lines,
                 emulator=emulator,
                 clock=self._clock,
+                model=model,
             )
 
         try:
-            return terminal(boot.emulator)
+            return terminal(boot.emulator, spare)
         except EmulatorUnavailable as exc:
             # The supervisor checks this at start; a worker that still cannot load it
             # keeps the pane usable on the default backend rather than failing it.

@@ -38,6 +38,9 @@ from paneworker.__main__ import read_all
 from paneworker.forking import become_worker
 from paneworker.leftovers import kill_subtree
 from paneworker.oscalls import OsCalls
+from paneworker.prefork import fill_free_blocks, fill_malloc_holes, record_calls, relocate_code
+from paneworker.rehearsal import rehearse
+from paneworker.spares import SpareScreens
 from protocol import logjson
 from protocol.template import (
     TEMPLATE_PROTOCOL_VERSION,
@@ -150,6 +153,41 @@ def warm_up(backends: list[str]) -> None:
         codec.decode_to_worker(codec.encode(Heartbeat()))
 
 
+# Code every fork runs before its pane exists: laid out with the pane's hot code.
+FORK_PATH_MODULES = ("paneworker.template", "paneworker.forking", "paneworker.__main__")
+# CPython 3.11 specialises a function's bytecode in place at its 8th call (or loop pass).
+QUICKENING_CALLS = 8
+
+
+def rehearse_and_lay_out(backends: list[str], socket_dir: str | None = None) -> list[object]:
+    """Rehearse a pane on each emulator backend, copy the code it ran back to back, then
+    rehearse on the copies until CPython has specialised them. Returns what must stay
+    alive (:mod:`paneworker.prefork`). The rehearsals' sockets go under ``socket_dir``."""
+    kinds = list(dict.fromkeys(backends or ["pyte"]))
+
+    def rehearse_all() -> None:
+        for kind in kinds:
+            rehearse(kind, socket_dir)
+
+    pinned = relocate_code(record_calls(rehearse_all), FORK_PATH_MODULES)
+    # Code a worker runs once (its start) would otherwise be specialised in the worker,
+    # writing to the pages that hold it: measured, 0.2 MiB per worker.
+    for _ in range(QUICKENING_CALLS):
+        rehearse_all()
+    return pinned
+
+
+def settle_heap(pinned: list[object]) -> list[object]:
+    """The last allocations before the freeze: the rehearsals' garbage (cycles through
+    their panes) goes, then the free blocks it and every import left in shared pages
+    are taken, so a child's first objects land in pages of their own (prefork).
+    Returns ``pinned`` with the filler added."""
+    gc.collect()
+    pinned.extend(fill_free_blocks())
+    fill_malloc_holes()  # last: the list above grew in malloc'd memory
+    return pinned
+
+
 class WorkerTemplate:
     """The template's state and loop; see the module docstring."""
 
@@ -160,6 +198,10 @@ class WorkerTemplate:
         self.started_at = time.time()
         # Workers forked and not reaped yet: the only children that are not leftovers.
         self.workers: set[int] = set()
+        # Objects kept only so their memory is never freed and reused (prefork).
+        self.pinned: list[object] = []
+        # Blank screens every fork may adopt; never touched here once built.
+        self.spares = SpareScreens()
         self.conn: socket.socket | None = conn
         self.listener: socket.socket | None = None
         self.retiring = False
@@ -342,7 +384,7 @@ class WorkerTemplate:
             self._send(ForkFailed(rid=rid, message=f"fork: {exc.strerror or exc}"))
             return
         if pid == 0:
-            become_worker(boot_fd, stderr_fd)
+            become_worker(boot_fd, stderr_fd, self.spares)
         # Recorded before anything else runs: from now on it is a worker, not a leftover.
         self.workers.add(pid)
         _close_fds(fds)
@@ -452,17 +494,19 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(OSError):
         os_calls.set_process_name(PROCESS_NAME)
     preload(boot.preload)
+    pinned: list[object] = []
     try:
         warm_up(boot.preload)
+        pinned = rehearse_and_lay_out(boot.preload, os.path.dirname(boot.socket_path))
     except Exception:
-        # Only a speed-up: a worker does all of this again for itself if need be.
+        # Only a saving: a worker does all of this again for itself if need be.
         log.exception("warm-up failed")
     template = WorkerTemplate(boot, conn)
+    template.spares = SpareScreens.build(boot.spares)
     template.listen()
+    template.pinned = settle_heap(pinned)
     # Everything stays put: a child's collections never touch (and so never copy) these
-    # pages. No collection first: the holes it would free are where a child's first
-    # objects would go, copying a shared page for each (measured: +0.2 MiB per worker).
-    # Objects made from now on are collected as usual.
+    # pages. Objects made from now on are collected as usual.
     gc.freeze()
     gc.enable()
     return template.run()

@@ -31,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from paneworker.emulator import DEFAULT_EMULATOR, open_model
+from paneworker.emulator import DEFAULT_EMULATOR, ScreenModel, open_model
 from paneworker.emulator.answers import Answers
 from paneworker.emulator.backlog import Backlog
 from paneworker.emulator.base import Cell
@@ -60,15 +60,23 @@ class Terminal:
         on_root_change: Callable[[StatusReport | None], None] | None = None,
         emulator: str = DEFAULT_EMULATOR,
         clock: Callable[[], float] = time.monotonic,
+        model: ScreenModel | None = None,
     ) -> None:
-        """Raises: ValueError for a size below 1 or negative ``history_lines``;
-        EmulatorUnavailable if ``emulator`` cannot run here."""
+        """``model``: a blank screen of ``emulator`` at this size to use instead of
+        building one (a spare from the worker template).
+
+        Raises: ValueError for a size below 1 or negative ``history_lines``, or a
+        ``model`` of another size; EmulatorUnavailable if ``emulator`` cannot run here."""
         if cols < 1 or rows < 1:
             raise ValueError("cols and rows must be at least 1")
         if history_lines < 0:
             raise ValueError("history_lines must not be negative")
+        if model is not None and (model.cols, model.rows) != (cols, rows):
+            raise ValueError("the screen given is not of this size")
         self.emulator = emulator
-        self._model = open_model(emulator, cols, rows, history_lines)
+        if model is None:
+            model = open_model(emulator, cols, rows, history_lines)
+        self._model = model
         self._answers = Answers(
             self._model, reply=reply, on_report=on_report, on_root_change=on_root_change
         )

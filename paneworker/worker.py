@@ -23,6 +23,7 @@ from pathlib import Path
 
 import zmq
 
+from paneworker.emulator import ScreenModel
 from paneworker.forking import WORKER_PROCESS_NAME
 from paneworker.link import SupervisorLink
 from paneworker.oscalls import OsCalls
@@ -61,7 +62,8 @@ class Timers:
 class PaneWorker:
     """Owns the pane's program, screen, reaper and supervisor link."""
 
-    def __init__(self, boot: BootRecord) -> None:
+    def __init__(self, boot: BootRecord, spare: ScreenModel | None = None) -> None:
+        """``spare``: a blank screen for this pane, built by the worker template."""
         self.boot = boot
         self.started_at = time.time()
         os_calls = OsCalls()
@@ -71,7 +73,10 @@ class PaneWorker:
             os_calls.set_process_name(WORKER_PROCESS_NAME)
         rules_dir = Path(boot.rules_dir) if boot.rules_dir else None
         self.screen = ScreenState(
-            boot, lambda msg: self.link.send(msg), rules=load_rules(boot.agent, rules_dir)
+            boot,
+            lambda msg: self.link.send(msg),
+            rules=load_rules(boot.agent, rules_dir),
+            spare=spare,
         )
         self.program: Program | None = None
         self.spawn_error: str | None = None

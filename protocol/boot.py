@@ -10,6 +10,9 @@ import msgspec
 
 from protocol.timing import DEFAULT_ORPHAN_GRACE_S, HEARTBEAT_S, KILL_GRACE_S, ORPHAN_AFTER_S
 
+# Scrollback lines a pane keeps (the supervisor sends no other value today).
+DEFAULT_HISTORY_LINES = 5000
+
 
 class BootRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Everything a worker needs to start its pane and find its supervisor."""
@@ -29,7 +32,7 @@ class BootRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     orphan_after_s: float = ORPHAN_AFTER_S
     orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S
     kill_grace_s: float = KILL_GRACE_S
-    history_lines: int = 5000
+    history_lines: int = DEFAULT_HISTORY_LINES
     # Operator overrides of the screen rules: ``<dir>/<agent>.json`` (None: bundled only).
     rules_dir: str | None = None
     # Terminal emulator backend: "pyte" or "ghostty" (needs the pyghostty package).

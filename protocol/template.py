@@ -32,6 +32,20 @@ MAX_PACKET_BYTES = 64 * 1024
 MAX_FDS = 4
 
 
+# The most blank screens a template builds ahead (each costs it up to ~1 MiB).
+MAX_SPARE_SCREENS = 8
+
+
+class SpareScreen(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A pane screen a template builds blank before forking: a worker whose boot asks
+    for this backend and size adopts it (shared with the template until drawn on)
+    instead of building its own."""
+
+    emulator: str
+    cols: int
+    rows: int
+
+
 class TemplateBoot(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What a template is started with, on an inherited pipe (never argv or env)."""
 
@@ -44,6 +58,8 @@ class TemplateBoot(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     orphan_grace_s: float
     # Emulator backends to import before forking (pyte is always imported).
     preload: list[str] = []
+    # Blank screens to build ahead: the launch profiles' sizes (at most MAX_SPARE_SCREENS).
+    spares: list[SpareScreen] = []
 
 
 class _Packet(msgspec.Struct, tag_field="op"):

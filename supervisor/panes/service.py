@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from protocol.template import MAX_SPARE_SCREENS, SpareScreen
 from protocol.timing import ORPHAN_AFTER_BEATS, heartbeat_period
 from supervisor.config import ServiceConfig
 from supervisor.panes import orphans
@@ -44,6 +45,18 @@ def _backends(config: ServiceConfig, profiles: ProfileSet) -> list[str]:
     return sorted({config.emulator, *(kind for kind in named if kind)})
 
 
+def spare_screens(config: ServiceConfig, profiles: ProfileSet) -> list[SpareScreen]:
+    """The screens panes start with by default (each profile's backend and size), most
+    used first: the template builds them blank ahead, once, for every fork to share."""
+    counts: dict[tuple[str, int, int], int] = {}
+    for name in profiles.names():
+        profile = profiles.get(name)
+        key = (profile.emulator or config.emulator, profile.cols, profile.rows)
+        counts[key] = counts.get(key, 0) + 1
+    ranked = sorted(counts, key=lambda key: -counts[key])[:MAX_SPARE_SCREENS]
+    return [SpareScreen(emulator=e, cols=c, rows=r) for e, c, r in ranked]
+
+
 class PaneService:
     """The supervisor's pane core; see the module docstring."""
 
@@ -68,6 +81,7 @@ class PaneService:
             orphan_after_s=ORPHAN_AFTER_BEATS * heartbeat_s,
             orphan_grace_s=config.orphan_grace_s,
             preload=_backends(config, profiles),
+            spares=spare_screens(config, profiles),
         )
         self.workers = WorkerManager(
             endpoint,

@@ -40,6 +40,7 @@ from pathlib import Path
 import msgspec
 
 from protocol.template import (
+    MAX_SPARE_SCREENS,
     TEMPLATE_PROTOCOL_VERSION,
     Closed,
     Fork,
@@ -47,6 +48,7 @@ from protocol.template import (
     ForkFailed,
     PacketError,
     Retire,
+    SpareScreen,
     TemplateBoot,
     TemplateHello,
     decode_from_template,
@@ -146,6 +148,7 @@ class TemplateManager:
         orphan_after_s: float,
         orphan_grace_s: float,
         preload: list[str] | None = None,
+        spares: list[SpareScreen] | None = None,
     ) -> None:
         self.enabled = enabled
         self._runtime_dir = runtime_dir
@@ -154,6 +157,7 @@ class TemplateManager:
         self._orphan_after_s = orphan_after_s
         self._orphan_grace_s = orphan_grace_s
         self._preload = list(preload or [])
+        self._spares = list(spares or [])[:MAX_SPARE_SCREENS]
         self._records = RecordStore(state_dir / "template", TemplateRecord, RECORD_VERSION, "name")
         self._handles: list[TemplateHandle] = []
         self.active: TemplateHandle | None = None
@@ -316,6 +320,7 @@ class TemplateManager:
             orphan_after_s=self._orphan_after_s,
             orphan_grace_s=self._orphan_grace_s,
             preload=self._preload,
+            spares=self._spares,
         )
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         read_fd, write_fd = os.pipe()

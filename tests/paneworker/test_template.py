@@ -26,14 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import zmq
 
 from protocol.boot import BootRecord, encode_boot
+from protocol.framing import Codec
+from protocol.messages import Hello, ReadScreen, ScreenText
 from protocol.template import (
     TEMPLATE_PROTOCOL_VERSION,
     Fork,
     Forked,
     ForkFailed,
     Retire,
+    SpareScreen,
     TemplateBoot,
     TemplateHello,
     decode_from_template,
@@ -86,7 +90,13 @@ class Template:
         return found
 
 
-def _start(workdir: Path, orphan_after_s: float = 60.0, orphan_grace_s: float = 60.0) -> Template:
+def _start(
+    workdir: Path,
+    orphan_after_s: float = 60.0,
+    orphan_grace_s: float = 60.0,
+    spares: list[SpareScreen] | None = None,
+    log_level: str = "INFO",
+) -> Template:
     secret = os.urandom(32)
     socket_path = str(workdir / "t.sock")
     boot = TemplateBoot(
@@ -96,10 +106,11 @@ def _start(workdir: Path, orphan_after_s: float = 60.0, orphan_grace_s: float = 
         build="test-build",
         orphan_after_s=orphan_after_s,
         orphan_grace_s=orphan_grace_s,
+        spares=spares or [],
     )
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     read_fd, write_fd = os.pipe()
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "PANEWARDEN_LOG_LEVEL": "INFO"}
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "PANEWARDEN_LOG_LEVEL": log_level}
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -141,12 +152,17 @@ def template(workdir: Path) -> Iterator[Template]:
     try:
         yield started
     finally:
-        left = started.descendants()
-        with contextlib.suppress(ProcessLookupError):
-            started.proc.kill()
-        sigkill_all(left)
-        started.proc.wait(timeout=10)
-        started.conn.close()
+        _stop(started)
+
+
+def _stop(template: Template) -> None:
+    """SIGKILL the template and everything below it; reap it."""
+    left = template.descendants()
+    with contextlib.suppress(ProcessLookupError):
+        template.proc.kill()
+    sigkill_all(left)
+    template.proc.wait(timeout=10)
+    template.conn.close()
 
 
 def _hello(template: Template, conn: socket.socket | None = None) -> TemplateHello:
@@ -405,3 +421,92 @@ def test_a_bad_boot_record_ends_it_with_status_2(workdir: Path) -> None:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         proc.wait(timeout=10)
+
+
+def test_workers_adopt_the_spare_screen_and_each_draws_on_its_own(workdir: Path) -> None:
+    """Two workers of the spare's size adopt it (the same blank screen, shared with the
+    template until drawn on): each shows its own program's output and nothing of the
+    other's. A worker of another size builds its own screen."""
+    template = _start(
+        workdir, spares=[SpareScreen(emulator="pyte", cols=80, rows=24)], log_level="DEBUG"
+    )
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    endpoint = f"ipc://{workdir}/sup.ipc"
+    router.bind(endpoint)
+    codec = Codec()
+    err_r, err_w = os.pipe()
+    os.set_blocking(err_r, False)
+    panes = {"a": ("alpha", 80), "b": ("bravo", 80), "c": ("charlie", 100)}
+    try:
+        _hello(template)
+        for name, (word, cols) in panes.items():
+            boot = BootRecord(
+                protocol_version=1,
+                pane=name,
+                instance=name * 16,
+                secret=b"worker secret",
+                endpoint=endpoint,
+                agent="generic",
+                argv=["/bin/sh", "-c", f"printf '{word}\\n'; exec sleep 600"],
+                cwd="/",
+                env=_env(),
+                cols=cols,
+                rows=24,
+            )
+            read_fd, write_fd = os.pipe()
+            os.write(write_fd, encode_boot(boot))
+            os.close(write_fd)
+            try:
+                template.send(Fork(rid=1), (read_fd, err_w))
+            finally:
+                os.close(read_fd)
+            msg, fds = template.receive()
+            assert isinstance(msg, Forked), msg
+            for fd in fds:
+                os.close(fd)
+        screens: dict[str, str] = {}
+        deadline = time.monotonic() + ANSWER_WITHIN_S
+        while len(screens) < len(panes) and time.monotonic() < deadline:
+            if not router.poll(200):
+                continue
+            peer, frame = router.recv_multipart()
+            got = codec.decode_to_supervisor(frame)
+            name = peer.decode()[0]
+            if isinstance(got, Hello) or (
+                isinstance(got, ScreenText) and panes[name][0] not in got.text
+            ):
+                router.send_multipart([peer, codec.encode(ReadScreen(rid=2))])
+            elif isinstance(got, ScreenText):
+                screens[name] = got.text
+                assert (got.cols, got.rows) == (panes[name][1], 24)
+        assert set(screens) == set(panes), screens
+        for name, text in screens.items():
+            others = [word for other, (word, _c) in panes.items() if other != name]
+            assert not any(word in text for word in others), (name, text)
+        os.close(err_w)
+        err_w = -1
+        logged = bytearray()
+
+        def two_adoptions_logged() -> bool:
+            logged.extend(_drain(err_r))
+            return logged.count(b"adopting") >= 2
+
+        assert _wait(two_adoptions_logged, GONE_WITHIN_S), bytes(logged)
+        adopted = [line for line in bytes(logged).splitlines() if b"adopting" in line]
+        assert len(adopted) == 2 and all(b'"pane": "c"' not in line for line in adopted), adopted
+    finally:
+        if err_w >= 0:
+            os.close(err_w)
+        os.close(err_r)
+        _stop(template)
+        router.close()
+        ctx.term()
+
+
+def _drain(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except BlockingIOError:
+        return b""
