@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 # Scrollback of a spare: a boot record's default (the supervisor never sets another).
 SPARE_HISTORY_LINES = DEFAULT_HISTORY_LINES
-# A spare's size is checked as the supervisor checks a pane's.
+# A bound on a spare's sides whatever the boot record says (profiles allow 500x200).
 MAX_SPARE_SIDE = 1000
 
 Key = tuple[str, int, int]
