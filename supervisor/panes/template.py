@@ -294,13 +294,21 @@ class TemplateManager:
                 await asyncio.sleep(delay_s)
             handle = await self._spawn()
         except (OSError, TemplateUnavailable) as exc:
+            self._starting = None
             self._failed_start()
             log.warning(
-                "the worker template did not start (%s); panes start cold until it does", exc
+                "the worker template did not start (%s); panes start cold until it does "
+                "(next try in %.1fs)",
+                exc,
+                max(0.0, self._retry_at - time.monotonic()),
             )
+            # A crash loop backs off, but comes back by itself: the next pane should
+            # not have to ask (and start cold) before a template is tried again.
+            self._start_soon()
             return
         finally:
-            self._starting = None
+            if self._starting is asyncio.current_task():
+                self._starting = None
         self.active = handle
         self._save_record(handle)
         log.info("worker template ready", extra={"pid": handle.pid})
@@ -551,7 +559,9 @@ class TemplateManager:
         if handle is self.active:
             self.active = None
             self._records.delete(RECORD_KEY)
-        if handle.retired or self._stopping:
+        if handle.retired or self._stopping or not handle.proven:
+            # Not proven: it died starting, and the start that waits for it counts the
+            # failure and tries again (counting it here too doubled the back-off).
             return
         if time.monotonic() - handle.started < STABLE_AFTER_S:
             self._failed_start()
