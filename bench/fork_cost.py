@@ -2,7 +2,7 @@
 
 ``python -m bench.fork_cost``: this process plays the template (imports, warms up,
 rehearses and lays out the worker code, builds a spare screen and settles its heap as
-``paneworker.template`` does, then freezes the collector), and forks one child per part.
+``paneworker.template.process`` does, then freezes the collector), and forks one child per part.
 Each child builds only that part (nothing; a ZeroMQ context with a DEALER socket; the
 pane's terminal at the default 120x40, built or adopted from the spare; a program
 spawned on a PTY; all of them),
@@ -26,10 +26,10 @@ from collections.abc import Callable
 
 import zmq
 
-from paneworker.emulator import open_model
-from paneworker.program import Program
-from paneworker.spares import SPARE_HISTORY_LINES
-from paneworker.template import PRELOAD, preload, rehearse_and_lay_out, settle_heap, warm_up
+from paneworker.procs.program import Program
+from paneworker.screen.emulator import open_model
+from paneworker.template.process import PRELOAD, preload, rehearse_and_lay_out, settle_heap, warm_up
+from paneworker.template.spares import SPARE_HISTORY_LINES
 
 SETTLE_S = 1.0
 COLS, ROWS = 120, 40

@@ -21,10 +21,10 @@ from pathlib import Path
 from bench.core import Figure, Options
 from bench.streams import COLS, ROWS, realistic_stream
 from bench.throughput import installed_backends
-from paneworker.program import Program
-from paneworker.screen_rules import RuleSet
-from paneworker.screenstate import ScreenState
-from paneworker.terminal import Terminal
+from paneworker.procs.program import Program
+from paneworker.screen.state import ScreenState
+from paneworker.screen.terminal import Terminal
+from paneworker.status.screen_rules import RuleSet
 from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
 

@@ -22,7 +22,7 @@ from bench.throughput import installed_backends
 REPO = Path(__file__).resolve().parent.parent
 PROBE = r"""
 import gc, json, sys
-from paneworker.terminal import Terminal
+from paneworker.screen.terminal import Terminal
 
 def rss_kib():
     for line in open("/proc/self/status"):

@@ -29,7 +29,7 @@ from mcp import Client, StdioServerParameters
 from bench.core import Figure, Options
 from bench.streams import COLS, ROWS, realistic_stream
 from bench.throughput import installed_backends
-from paneworker.terminal import Terminal
+from paneworker.screen.terminal import Terminal
 
 REPO = Path(__file__).resolve().parent.parent
 WRITER = Path(__file__).resolve().parent / "writer.py"

@@ -19,8 +19,8 @@ import pyte
 
 from bench.core import Figure, Options
 from bench.streams import COLS, ROWS, realistic_stream
-from paneworker.emulator import EmulatorUnavailable, check_available
-from paneworker.terminal import Terminal
+from paneworker.screen.emulator import EmulatorUnavailable, check_available
+from paneworker.screen.terminal import Terminal
 
 READ_BYTES = 65536
 STOCK_BYTES = 512 * 1024

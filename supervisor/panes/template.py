@@ -1,6 +1,6 @@
 """The worker template, seen from the supervisor: start it, prove it, fork through it.
 
-One template per state dir (``paneworker.template``) forks a worker per pane in a few
+One template per state dir (``python -m paneworker.template``) forks a worker per pane in a few
 milliseconds, and is the subreaper of the workers it forked: what a dead worker's pane
 leaves re-parents to it and is killed there, even after a supervisor restart, when the
 workers are no longer the supervisor's descendants.

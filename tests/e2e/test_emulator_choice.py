@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from paneworker.emulator import EmulatorUnavailable, check_available
+from paneworker.screen.emulator import EmulatorUnavailable, check_available
 from tests.conftest import Tools, stdio_params
 
 pytestmark = pytest.mark.anyio

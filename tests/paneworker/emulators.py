@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from paneworker.emulator import EMULATORS, EmulatorUnavailable, check_available
+from paneworker.screen.emulator import EMULATORS, EmulatorUnavailable, check_available
 
 EMULATOR = os.environ.get("PANEWARDEN_EMULATOR") or "pyte"
 

@@ -8,7 +8,7 @@ text kept across ``?47`` switches, blank again after a clearing exit.
 
 from __future__ import annotations
 
-from paneworker.emulator.pyte_model import PyteModel
+from paneworker.screen.emulator.pyte_model import PyteModel
 
 
 def _screen(model: PyteModel) -> list[str]:

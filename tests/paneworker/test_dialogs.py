@@ -26,13 +26,14 @@ from pathlib import Path
 
 import pytest
 
-from paneworker.dialog_answering import DIALOG_REDRAW_TIMEOUT_S, DIALOG_SETTLE_MAX_S
-from paneworker.dialogs import DialogPlan, DialogScreen, recogniser_for
-from paneworker.program import Program
-from paneworker.prompt_delivery import SUBMIT_ACK_TIMEOUT_S
-from paneworker.requests import RequestHandler
-from paneworker.screenstate import ScreenState
-from paneworker.terminal import Terminal
+from paneworker.procs.program import Program
+from paneworker.requests.dialog_answering import DIALOG_REDRAW_TIMEOUT_S, DIALOG_SETTLE_MAX_S
+from paneworker.requests.dialogs import DialogPlan, DialogScreen, recogniser_for
+from paneworker.requests.handler import RequestHandler
+from paneworker.requests.pane_io import PaneIO
+from paneworker.requests.prompt_delivery import SUBMIT_ACK_TIMEOUT_S
+from paneworker.screen.state import ScreenState
+from paneworker.screen.terminal import Terminal
 from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
 from protocol.errors import PanewardenError
@@ -649,6 +650,16 @@ class Link:
         self.sent.append(msg)
 
 
+class Unclosable:
+    """The pane control of a scripted pane: no dialog test closes or re-introduces it."""
+
+    def introduce(self) -> None:
+        raise AssertionError("a dialog test never asks a pane to introduce itself")
+
+    def close(self, grace_s: float) -> tuple[int | None, int]:
+        raise AssertionError("a dialog test never closes its pane through a request")
+
+
 class ScriptedPane:
     """The parts of a PaneWorker a RequestHandler uses, around a scripted agent on a PTY.
 
@@ -693,8 +704,13 @@ class ScriptedPane:
         self.program: Program | None = Program(argv, str(tmp_path), env, *size)
         self.screen.attach(self.program)
         self.screen.status.set_lifecycle("running")
-        self.requests = RequestHandler(  # type: ignore[arg-type]
-            self, clock=self.clock, dialog_settle_s=settle_s, dialog_appear_s=appear_s
+        self.requests = RequestHandler(
+            PaneIO(lambda: self.program, self.screen, self.link.send),
+            Unclosable(),
+            agent,
+            clock=self.clock,
+            dialog_settle_s=settle_s,
+            dialog_appear_s=appear_s,
         )
         self._rid = 0
         self._seen = 0

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from paneworker.osc7501 import StatusReport
-from paneworker.terminal import Terminal
+from paneworker.screen.terminal import Terminal
+from paneworker.status.osc7501 import StatusReport
 from tests.paneworker.emulators import ALL
 
 CAPTURED = Path(__file__).resolve().parent.parent / "captured"

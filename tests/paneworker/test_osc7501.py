@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from paneworker.osc7501 import (
+from paneworker.status.osc7501 import (
     MAX_RECORDS,
     StatusRecords,
     StatusReport,

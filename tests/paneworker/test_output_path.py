@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from bench.streams import realistic_stream
-from paneworker.program import Program
-from paneworker.screen_rules import RuleSet
-from paneworker.screenstate import ScreenState
-from paneworker.terminal import Terminal
+from paneworker.procs.program import Program
+from paneworker.screen.state import ScreenState
+from paneworker.screen.terminal import Terminal
+from paneworker.status.screen_rules import RuleSet
 from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
 from protocol.messages import Status, ToSupervisor

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from paneworker.pacing import BUSY_FOR_S, BUSY_SCAN_S, IDLE_SCAN_S, ScanPacer
+from paneworker.loop.pacing import BUSY_FOR_S, BUSY_SCAN_S, IDLE_SCAN_S, ScanPacer
 
 
 def test_a_fresh_pane_walks_at_once_then_often() -> None:

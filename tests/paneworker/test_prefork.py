@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from paneworker.prefork import record_calls, relocate_code
+from paneworker.template.prefork import record_calls, relocate_code
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,12 +79,12 @@ def test_hot_functions_get_fresh_equal_code_and_cold_ones_keep_theirs() -> None:
 def test_functions_of_named_modules_are_copied_even_if_never_called() -> None:
     got = _run(
         "import json, sys\n"
-        "from paneworker.prefork import relocate_code\n"
-        "import paneworker.__main__ as m\n"
+        "from paneworker.template.prefork import relocate_code\n"
+        "import paneworker.loop.entry as m\n"
         "funcs = [f for f in vars(m).values() if callable(f) and getattr(f, '__module__', '') "
         "== m.__name__ and hasattr(f, '__code__')]\n"
         "before = {f.__name__: f.__code__ for f in funcs}\n"
-        "pinned = relocate_code([], ['paneworker.__main__'])\n"
+        "pinned = relocate_code([], ['paneworker.loop.entry'])\n"
         "print(json.dumps({'moved': sorted(n for n, c in before.items() "
         "if getattr(m, n).__code__ is not c), 'all': sorted(before), "
         "'pinned': sum(any(p is c for p in pinned) for c in before.values())}))\n"
@@ -96,7 +96,9 @@ def test_functions_of_named_modules_are_copied_even_if_never_called() -> None:
 def test_free_blocks_are_taken_so_each_size_has_at_most_one_partly_used_pool() -> None:
     got = _run(
         "import json\n"
-        "from paneworker.prefork import BYTES_OVERHEAD, available_blocks, fill_free_blocks\n"
+        "from paneworker.template.prefork import (\n"
+        "    BYTES_OVERHEAD, available_blocks, fill_free_blocks,\n"
+        ")\n"
         "junk = [bytes(n % 400) for n in range(20000)]\n"
         "del junk[::3]  # holes in many pools of many sizes\n"
         "before = available_blocks()\n"
@@ -119,7 +121,7 @@ def test_free_blocks_are_taken_so_each_size_has_at_most_one_partly_used_pool() -
 def test_malloc_holes_are_taken_and_free_pages_returned() -> None:
     got = _run(
         "import ctypes, json\n"
-        "from paneworker.prefork import _MallInfo2, fill_malloc_holes\n"
+        "from paneworker.template.prefork import _MallInfo2, fill_malloc_holes\n"
         "libc = ctypes.CDLL(None)\n"
         "libc.mallinfo2.restype = _MallInfo2\n"
         "libc.malloc.restype = ctypes.c_void_p\n"

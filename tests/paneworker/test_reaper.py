@@ -30,8 +30,8 @@ from typing import Any
 import psutil
 import pytest
 
-from paneworker.oscalls import OsCalls, ProcStat, parse_stat
-from paneworker.reaper import ProcKey, Reaper
+from paneworker.procs.oscalls import OsCalls, ProcStat, parse_stat
+from paneworker.procs.reaper import ProcKey, Reaper
 
 REPO = Path(__file__).resolve().parents[2]
 SH = "/bin/sh"

@@ -21,9 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 PLAY = r"""
 import json, logging, os, signal, sys, threading
-from paneworker.emulator import EMULATORS, EmulatorUnavailable, check_available
-from paneworker.oscalls import OsCalls
-from paneworker.rehearsal import WORKER_SIGNALS, rehearse
+from paneworker.screen.emulator import EMULATORS, EmulatorUnavailable, check_available
+from paneworker.procs.oscalls import OsCalls
+from paneworker.template.rehearsal import WORKER_SIGNALS, rehearse
 
 def wakeup_fd():
     fd = signal.set_wakeup_fd(-1)

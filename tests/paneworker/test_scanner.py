@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import random
 
-from paneworker.emulator.scanner import DCS, OSC, QUERY, RESET, SYNC_OFF, SYNC_ON, SequenceScanner
+from paneworker.screen.emulator.scanner import (
+    DCS,
+    OSC,
+    QUERY,
+    RESET,
+    SYNC_OFF,
+    SYNC_ON,
+    SequenceScanner,
+)
 
 STREAM = (
     b"text \x1b[1;31mred\x1b[0m \x1b[6n\x1b[?2026h\x1b[H\x1b]7501;state=working:app=x\x1b\\"

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from paneworker.program import Program
-from paneworker.screen_rules import (
+from paneworker.procs.program import Program
+from paneworker.screen.state import RULES_INTERVAL_S, ScreenState
+from paneworker.screen.terminal import Terminal
+from paneworker.status.screen_rules import (
     UNKNOWN,
     Decision,
     RulesError,
@@ -32,8 +34,6 @@ from paneworker.screen_rules import (
     prefer,
     region_text,
 )
-from paneworker.screenstate import RULES_INTERVAL_S, ScreenState
-from paneworker.terminal import Terminal
 from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
 from protocol.messages import Status, ToSupervisor
@@ -82,7 +82,7 @@ def decide(agent: str, lines: list[str], title: str = "") -> tuple[str, str | No
 
 @pytest.mark.parametrize("agent", PROFILE_AGENTS)
 def test_every_profile_agent_kind_has_a_valid_versioned_rules_file(agent: str) -> None:
-    path = REPO / "paneworker" / "rules" / f"{agent}.json"
+    path = REPO / "paneworker" / "status" / "rules" / f"{agent}.json"
     raw = json.loads(path.read_text())
     assert raw["agent"] == agent and raw["version"] >= 1
     assert all(rule.get("note") for rule in raw["rules"]), "every rule says where it comes from"
@@ -101,7 +101,7 @@ def test_generic_and_unknown_kinds_have_no_rules() -> None:
 
 def test_rules_files_are_package_data() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert "rules/*.json" in pyproject["tool"]["setuptools"]["package-data"]["paneworker"]
+    assert "status/rules/*.json" in pyproject["tool"]["setuptools"]["package-data"]["paneworker"]
 
 
 # -- 2. the file format is checked ---------------------------------------------------

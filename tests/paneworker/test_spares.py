@@ -12,8 +12,8 @@ import logging
 
 import pytest
 
-from paneworker.spares import MAX_SPARE_SIDE, SPARE_HISTORY_LINES, SpareScreens
-from paneworker.terminal import Terminal
+from paneworker.screen.terminal import Terminal
+from paneworker.template.spares import MAX_SPARE_SIDE, SPARE_HISTORY_LINES, SpareScreens
 from protocol.boot import BootRecord
 from protocol.template import MAX_SPARE_SCREENS, SpareScreen
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from paneworker.status import StatusMachine
+from paneworker.status.machine import StatusMachine
 
 
 def running(*, prompted: bool = True) -> StatusMachine:

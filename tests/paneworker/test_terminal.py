@@ -13,8 +13,8 @@ import time
 import pytest
 from ptyprocess import PtyProcess
 
-from paneworker.osc7501 import StatusReport
-from paneworker.terminal import Terminal
+from paneworker.screen.terminal import Terminal
+from paneworker.status.osc7501 import StatusReport
 from tests.paneworker.emulators import EMULATOR
 
 
@@ -351,7 +351,7 @@ def test_byte_at_a_time_matches_one_shot() -> None:
 def test_an_emulator_error_is_contained_to_its_sequence(caplog: pytest.LogCaptureFixture) -> None:
     # DECOM without margins trips an assertion inside pyte's cursor_to_line.
     rig = Rig()
-    with caplog.at_level(logging.WARNING, logger="paneworker.terminal"):
+    with caplog.at_level(logging.WARNING, logger="paneworker.screen.terminal"):
         rig.feed("\x1b[?6h\x1b[3dstill here")
     assert "still here" in rig.text
     assert any("sequence skipped" in r.getMessage() for r in caplog.records)

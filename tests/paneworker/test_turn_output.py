@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from paneworker.screen_rules import RuleSet
-from paneworker.screenstate import ScreenState
+from paneworker.screen.state import ScreenState
+from paneworker.status.screen_rules import RuleSet
 from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
 from tests.paneworker.emulators import ALL

@@ -1,6 +1,6 @@
 """Terminal emulator backends behind one interface.
 
-:class:`~paneworker.emulator.base.ScreenModel` is the interface; two backends
+:class:`~paneworker.screen.emulator.base.ScreenModel` is the interface; two backends
 implement it: ``pyte`` (pure Python, the default: :mod:`pyte_model`) and
 ``ghostty`` (libghostty-vt through the optional ``pyghostty`` package:
 :mod:`ghostty_model`). Everything else the pane's terminal does, answering
@@ -10,7 +10,7 @@ lives beside them (:mod:`answers`, :mod:`scanner`, :mod:`backlog`).
 
 from __future__ import annotations
 
-from paneworker.emulator.base import (
+from paneworker.screen.emulator.base import (
     DEFAULT_EMULATOR,
     EMULATORS,
     Cell,
@@ -26,11 +26,11 @@ def open_model(kind: str, cols: int, rows: int, history_lines: int) -> ScreenMod
         EmulatorUnavailable: ``kind`` is unknown, or its package is not installed.
     """
     if kind == "pyte":
-        from paneworker.emulator.pyte_model import PyteModel
+        from paneworker.screen.emulator.pyte_model import PyteModel
 
         return PyteModel(cols, rows, history_lines)
     if kind == "ghostty":
-        from paneworker.emulator.ghostty_model import GhosttyModel
+        from paneworker.screen.emulator.ghostty_model import GhosttyModel
 
         return GhosttyModel(cols, rows, history_lines)
     raise EmulatorUnavailable(f"unknown emulator {kind!r}; one of {', '.join(EMULATORS)}")

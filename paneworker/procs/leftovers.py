@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import signal
 
-from paneworker.oscalls import OsCalls
+from paneworker.procs.oscalls import OsCalls
 
 log = logging.getLogger(__name__)
 

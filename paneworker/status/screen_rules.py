@@ -2,7 +2,7 @@
 
 A pane whose program sends no OSC 7501 root record gets its agent state from the
 screen (docs/design.md §4). The rules for each agent kind are data, not code:
-``paneworker/rules/<agent>.json`` (bundled), optionally replaced by an operator's
+``paneworker/status/rules/<agent>.json`` (bundled), optionally replaced by an operator's
 file of the same name in an override directory when that file's ``version`` is
 newer than or equal to the bundled one.
 
@@ -294,7 +294,7 @@ def _bundled(name: str) -> RuleSet:
     # Parsed once per process: package data never changes under a running process, a
     # RuleSet is immutable, and the worker template parses every file before it forks,
     # so a forked worker shares them instead of parsing (and copying pages) again.
-    package = resources.files("paneworker").joinpath("rules")
+    package = resources.files("paneworker.status").joinpath("rules")
     resource = package.joinpath(f"{name}.json")
     if not resource.is_file():
         name = GENERIC
@@ -304,7 +304,7 @@ def _bundled(name: str) -> RuleSet:
 
 def bundled_agents() -> list[str]:
     """The agent kinds that have a bundled rules file."""
-    package = resources.files("paneworker").joinpath("rules")
+    package = resources.files("paneworker.status").joinpath("rules")
     return sorted(
         entry.name.removesuffix(".json")
         for entry in package.iterdir()

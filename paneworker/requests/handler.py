@@ -3,8 +3,8 @@
 Each request is checked and acted on in one loop step, so a guard such as "not
 blocked" or "still at turn N" cannot go stale between the check and the write.
 The two requests that span several steps are state machines of their own:
-:mod:`paneworker.prompt_delivery` (``WriteInput``) and
-:mod:`paneworker.dialog_answering` (``AnswerDialog``). Replies that give the client a
+:mod:`paneworker.requests.prompt_delivery` (``WriteInput``) and
+:mod:`paneworker.requests.dialog_answering` (``AnswerDialog``). Replies that give the client a
 cursor (``WriteInput``, ``AnswerDialog``, ``Interrupt``) carry the seq taken before
 the input was queued, so a wait after it sees every status the input caused.
 """
@@ -14,14 +14,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from paneworker.dialog_answering import DIALOG_APPEAR_TIMEOUT_S, DIALOG_SETTLE_S, DialogAnswering
-from paneworker.pane_io import PaneIO
-from paneworker.patterns import compile_pattern
-from paneworker.prompt_delivery import PromptDelivery, enter_waits_for_echo
-from paneworker.scheduler import Scheduler
-from paneworker.screenstate import Watch
+from paneworker.requests.dialog_answering import (
+    DIALOG_APPEAR_TIMEOUT_S,
+    DIALOG_SETTLE_S,
+    DialogAnswering,
+)
+from paneworker.requests.pane_io import PaneIO
+from paneworker.requests.prompt_delivery import PromptDelivery, enter_waits_for_echo
+from paneworker.requests.scheduler import Scheduler
+from paneworker.screen.patterns import compile_pattern
+from paneworker.screen.state import Watch
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import (
     READ_QUIET_MAX_S,
@@ -41,10 +45,18 @@ from protocol.messages import (
     WriteInput,
 )
 
-if TYPE_CHECKING:
-    from paneworker.worker import PaneWorker
-
 log = logging.getLogger(__name__)
+
+
+class PaneControl(Protocol):
+    """What a request may do to the pane as a whole (the worker's loop does it)."""
+
+    def introduce(self) -> None:
+        """Send Hello and the descendants again (a new supervisor asks)."""
+
+    def close(self, grace_s: float) -> tuple[int | None, int]:
+        """Kill the program's tree and end the loop; returns (exit code, signalled)."""
+        ...
 
 
 class RequestHandler:
@@ -52,19 +64,26 @@ class RequestHandler:
 
     def __init__(
         self,
-        worker: PaneWorker,
+        io: PaneIO,
+        pane: PaneControl,
+        agent: str,
         *,
+        name: str = "",
         clock: Callable[[], float] = time.monotonic,
         dialog_settle_s: float = DIALOG_SETTLE_S,
         dialog_appear_s: float = DIALOG_APPEAR_TIMEOUT_S,
     ) -> None:
-        self.w = worker
+        """``io``: the pane's program, screen and replies; ``pane``: what closes it;
+        ``agent``: its kind (dialogs, Enter); ``name``: the pane, for log lines."""
+        self.io = io
+        self.screen = io.screen
+        self._pane = pane
+        self._name = name
         self.scheduler = Scheduler(clock)
-        self.io = PaneIO(lambda: worker.program, worker.screen, worker.link.send)
         self.dialogs = DialogAnswering(
             self.io,
             self.scheduler,
-            worker.boot.agent,
+            agent,
             settle_s=dialog_settle_s,
             appear_s=dialog_appear_s,
         )
@@ -72,7 +91,7 @@ class RequestHandler:
             self.io,
             self.scheduler,
             lambda: self.dialogs.in_progress,
-            enter_after_echo=enter_waits_for_echo(worker.boot.agent),
+            enter_after_echo=enter_waits_for_echo(agent),
         )
 
     # ------------------------------------------------------------ scheduling
@@ -92,7 +111,7 @@ class RequestHandler:
         if isinstance(msg, Heartbeat):
             return
         if isinstance(msg, Introduce):
-            self.w.introduce()
+            self._pane.introduce()
             return
         rid = msg.rid
         try:
@@ -100,7 +119,7 @@ class RequestHandler:
         except PanewardenError as exc:
             self.io.fail(rid, exc)
         except Exception:
-            log.exception("request %s failed", type(msg).__name__, extra={"pane": self.w.boot.pane})
+            log.exception("request %s failed", type(msg).__name__, extra={"pane": self._name})
             self.io.fail(rid, PanewardenError(ErrorCode.INTERNAL, "internal worker error"))
 
     def _dispatch(self, msg: ToWorker) -> None:
@@ -112,7 +131,7 @@ class RequestHandler:
             case Interrupt(rid=rid):
                 self.io.running_program()
                 cursor = self.io.cursor()
-                self.w.screen.status.note_cancel()
+                self.screen.status.note_cancel()
                 self.io.queue(b"\x03", lambda: self.io.ok(rid, cursor))
             case ReadScreen():
                 self._read_screen(msg)
@@ -121,7 +140,7 @@ class RequestHandler:
             case WatchOutput():
                 self._watch(msg)
             case CancelWatch(rid=rid, watch_id=watch_id):
-                self.w.screen.watches.pop(watch_id, None)
+                self.screen.watches.pop(watch_id, None)
                 self.io.ok(rid)
             case Resize():
                 self._resize(msg)
@@ -133,7 +152,7 @@ class RequestHandler:
     # ------------------------------------------------------------ requests
 
     def _read_screen(self, msg: ReadScreen, since: float | None = None) -> None:
-        screen = self.w.screen
+        screen = self.screen
         if msg.quiet_s:
             now = self.scheduler.clock()
             since = now if since is None else since
@@ -176,30 +195,29 @@ class RequestHandler:
     def _watch(self, msg: WatchOutput) -> None:
         compiled = compile_pattern(msg.pattern) if msg.regex else None
         self.io.ok(msg.rid)
-        self.w.screen.add_watch(Watch(msg.watch_id, msg.pattern, compiled))
+        self.screen.add_watch(Watch(msg.watch_id, msg.pattern, compiled))
 
     def _resize(self, msg: Resize) -> None:
         prog = self.io.running_program()
         self.io.drain_output()  # what was written for the old size is drawn at that size
-        self.w.screen.terminal.resize(msg.cols, msg.rows)
+        self.screen.terminal.resize(msg.cols, msg.rows)
         prog.resize(msg.cols, msg.rows)
         self.io.ok(msg.rid)
 
     def _close(self, msg: Close) -> None:
-        status = self.w.screen.status
+        status = self.screen.status
         if msg.expected_seq is not None and msg.expected_seq != status.seq:
             raise PanewardenError(
                 ErrorCode.CURSOR_MISMATCH,
                 f"the pane's seq is {status.seq}, not {msg.expected_seq}; nothing was closed",
             )
         captured = (
-            self.w.screen.text(msg.capture_lines, scrollback=True)
+            self.screen.text(msg.capture_lines, scrollback=True)
             if msg.capture_lines is not None
             else None
         )
         seq = status.seq
-        exit_code, killed = self.w.kill_everything(msg.grace_s)
+        exit_code, killed = self._pane.close(msg.grace_s)
         self.io.send(
             Closed(rid=msg.rid, exit_code=exit_code, killed=killed, captured=captured, seq=seq)
         )
-        self.w.running = False

@@ -2,7 +2,7 @@
 
 A backend is only a screen: it draws what the program prints and keeps modes,
 cursor and scrollback. It answers no query and knows nothing of OSC 7501; the
-:class:`~paneworker.terminal.Terminal` in front of it finds those sequences in
+:class:`~paneworker.screen.terminal.Terminal` in front of it finds those sequences in
 the raw bytes and handles them identically for every backend.
 """
 

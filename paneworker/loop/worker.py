@@ -23,22 +23,24 @@ from pathlib import Path
 
 import zmq
 
-from paneworker.emulator import ScreenModel
-from paneworker.forking import WORKER_PROCESS_NAME
-from paneworker.link import SupervisorLink
-from paneworker.oscalls import OsCalls
-from paneworker.pacing import BUSY_SCAN_S, ScanPacer
-from paneworker.program import Program
-from paneworker.reaper import Reaper
-from paneworker.requests import RequestHandler
-from paneworker.screen_rules import load_rules
-from paneworker.screenstate import ScreenState
+from paneworker.loop.link import SupervisorLink
+from paneworker.loop.pacing import BUSY_SCAN_S, ScanPacer
+from paneworker.procs.oscalls import OsCalls
+from paneworker.procs.program import Program
+from paneworker.procs.reaper import Reaper
+from paneworker.requests.handler import RequestHandler
+from paneworker.requests.pane_io import PaneIO
+from paneworker.screen.emulator import ScreenModel
+from paneworker.screen.state import ScreenState
+from paneworker.status.screen_rules import load_rules
 from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
 from protocol.messages import Descendants, Exited, Heartbeat, Hello
 
 log = logging.getLogger(__name__)
 
+# What ``ps`` calls a worker (its template is ``pw-template``), set first thing.
+WORKER_PROCESS_NAME = "pw-worker"
 # The longest poll: only a guard, every timer has its own deadline.
 POLL_CAP_MS = 60_000
 # Periodic work (heartbeat, idle tree walk) due within this many heartbeat periods is
@@ -92,7 +94,12 @@ class PaneWorker:
         else:
             self.screen.status.set_lifecycle("exited", exit_code=None)
         self.link = SupervisorLink(boot.endpoint, boot.instance)
-        self.requests = RequestHandler(self)
+        self.requests = RequestHandler(
+            PaneIO(lambda: self.program, self.screen, self.link.send),
+            self,
+            boot.agent,
+            name=boot.pane,
+        )
         self.timers = Timers()
         self.running = True
         self.exit_reported = False
@@ -283,6 +290,12 @@ class PaneWorker:
             result.signalled,
             extra={"pane": self.boot.pane},
         )
+
+    def close(self, grace_s: float) -> tuple[int | None, int]:
+        """Kill the program's tree and end the loop after this step (``Close``)."""
+        result = self.kill_everything(grace_s)
+        self.running = False
+        return result
 
     def kill_everything(self, grace_s: float) -> tuple[int | None, int]:
         """Kill the program's tree; returns (exit code, processes signalled)."""

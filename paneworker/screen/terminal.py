@@ -2,11 +2,11 @@
 
 :class:`Terminal` puts together, for one pane:
 
-- a screen model, pyte or ghostty (:mod:`paneworker.emulator`), that only draws;
-- a :class:`~paneworker.emulator.backlog.Backlog` of bytes read but not parsed yet;
-- a :class:`~paneworker.emulator.scanner.SequenceScanner` that finds queries, OSC
+- a screen model, pyte or ghostty (:mod:`paneworker.screen.emulator`), that only draws;
+- a :class:`~paneworker.screen.emulator.backlog.Backlog` of bytes read but not parsed yet;
+- a :class:`~paneworker.screen.emulator.scanner.SequenceScanner` that finds queries, OSC
   7501 reports and the other sequences acted on, as the bytes arrive;
-- :class:`~paneworker.emulator.answers.Answers`, which answers and records them.
+- :class:`~paneworker.screen.emulator.answers.Answers`, which answers and records them.
 
 Bytes go in with :meth:`receive` (cheap: scan and store) and are parsed by
 :meth:`catch_up` / :meth:`parse_for`. Parsing stops at each found sequence, so a
@@ -31,12 +31,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from paneworker.emulator import DEFAULT_EMULATOR, ScreenModel, open_model
-from paneworker.emulator.answers import Answers
-from paneworker.emulator.backlog import Backlog
-from paneworker.emulator.base import Cell
-from paneworker.emulator.scanner import SYNC_OFF, SYNC_ON, Found, SequenceScanner
-from paneworker.osc7501 import StatusRecords, StatusReport
+from paneworker.screen.emulator import DEFAULT_EMULATOR, ScreenModel, open_model
+from paneworker.screen.emulator.answers import Answers
+from paneworker.screen.emulator.backlog import Backlog
+from paneworker.screen.emulator.base import Cell
+from paneworker.screen.emulator.scanner import SYNC_OFF, SYNC_ON, Found, SequenceScanner
+from paneworker.status.osc7501 import StatusRecords, StatusReport
 
 __all__ = ["Cell", "Terminal"]
 

@@ -1,13 +1,13 @@
 """The pyte backend's sequence meanings: each parsed token applied to the screen.
 
-:class:`Dispatcher` is the :class:`~paneworker.emulator.pyte_parser.SequenceSink`
-behind :class:`~paneworker.emulator.pyte_model.PyteModel`: it applies each token
-to the :class:`~paneworker.emulator.pyte_screen.PaneScreen` and keeps the DEC
+:class:`Dispatcher` is the :class:`~paneworker.screen.emulator.pyte_parser.SequenceSink`
+behind :class:`~paneworker.screen.emulator.pyte_model.PyteModel`: it applies each token
+to the :class:`~paneworker.screen.emulator.pyte_screen.PaneScreen` and keeps the DEC
 private modes pyte does not track. Any error while handling one token (a pyte
 assertion, odd parameters) is logged and confined to that token.
 
 Queries, OSC 7501 and the other sequences the worker answers or acts on are not
-handled here: :mod:`paneworker.emulator.answers` does that for every backend.
+handled here: :mod:`paneworker.screen.emulator.answers` does that for every backend.
 Deliberately ignored: the kitty keyboard protocol (push/pop/set), XTMODKEYS, and
 DECCOLM (``?3``: the PTY's size is the worker's to set).
 """
@@ -21,7 +21,7 @@ from pyte import modes as mo
 from pyte.charsets import MAPS
 from pyte.screens import Char
 
-from paneworker.emulator.pyte_screen import PaneScreen
+from paneworker.screen.emulator.pyte_screen import PaneScreen
 
 _LOG = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ and this module undoes both before the template's first fork:
 
 - The code a worker runs is scattered through the heap in import order, among code it
   never runs. :func:`record_calls` notes which code a rehearsal pane
-  (:mod:`paneworker.rehearsal`) runs, in first-call order, and :func:`relocate_code`
+  (:mod:`paneworker.template.rehearsal`) runs, in first-call order, and :func:`relocate_code`
   gives each of those functions a fresh copy of its code, allocated back to back, so
   the worker's hot code fills a few pages instead of touching hundreds.
 - Freed blocks left inside pages the template filled (every import and rehearsal frees

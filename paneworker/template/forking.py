@@ -23,14 +23,14 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, NoReturn
 
-from paneworker.oscalls import OsCalls
+from paneworker.loop.worker import WORKER_PROCESS_NAME
+from paneworker.procs.oscalls import OsCalls
 
 if TYPE_CHECKING:
-    from paneworker.spares import SpareScreens
+    from paneworker.template.spares import SpareScreens
 
 # The template handles these; a worker installs its own.
 TEMPLATE_SIGNALS = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-WORKER_PROCESS_NAME = "pw-worker"
 # Exit status of a child that failed before its worker loop ran.
 EXIT_SOFTWARE = 70
 
@@ -54,9 +54,9 @@ def become_worker(boot_fd: int, stderr_fd: int, spares: SpareScreens | None = No
         _close_all_but(boot_fd)
         # The template froze its objects for sharing; the worker collects its own.
         gc.enable()
-        from paneworker.__main__ import run_worker
+        from paneworker.loop.entry import run_worker
 
-        code = run_worker(boot_fd, configure_logging=False, spares=spares)
+        code = run_worker(boot_fd, configure_logging=False, spares=spares.take if spares else None)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else EXIT_SOFTWARE
     except BaseException:

@@ -27,9 +27,9 @@ from collections.abc import Callable
 
 from pyte import graphics as g
 
-from paneworker.emulator.base import ScreenModel
-from paneworker.emulator.scanner import DCS, OSC, QUERY, RESET, Found
-from paneworker.osc7501 import MAX_SEQUENCE_BYTES, StatusRecords, StatusReport, parse_report
+from paneworker.screen.emulator.base import ScreenModel
+from paneworker.screen.emulator.scanner import DCS, OSC, QUERY, RESET, Found
+from paneworker.status.osc7501 import MAX_SEQUENCE_BYTES, StatusRecords, StatusReport, parse_report
 
 PROBE_REPLY = b"\x1b]7501;?\x1b\\"
 DA1_REPLY = b"\x1b[?62;22c"

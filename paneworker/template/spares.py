@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from paneworker.emulator import EmulatorUnavailable, ScreenModel, open_model
+from paneworker.screen.emulator import EmulatorUnavailable, ScreenModel, open_model
 from protocol.boot import DEFAULT_HISTORY_LINES, BootRecord
 from protocol.template import MAX_SPARE_SCREENS, SpareScreen
 

@@ -19,7 +19,7 @@ log line says how many bytes were skipped (``Terminal.skipped_bytes`` counts the
 Replies the terminal owes the program (query answers) are queued on the PTY.
 
 Where the program sends no OSC 7501 root record, the agent kind's screen rules
-(:mod:`paneworker.screen_rules`) decide the state instead, from ``after_step``:
+(:mod:`paneworker.status.screen_rules`) decide the state instead, from ``after_step``:
 only when the visible text or the window title changed, at most every
 ``RULES_INTERVAL_S``, and only once the same decision was seen on two evaluations
 in a row, so a frame caught half-drawn never flips the status on its own (and,
@@ -38,14 +38,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from paneworker.emulator import EmulatorUnavailable, ScreenModel
-from paneworker.osc7501 import StatusReport
-from paneworker.patterns import Pattern
-from paneworker.program import Program
-from paneworker.screen_rules import Decision, RuleSet, bundled_rules, classify
-from paneworker.status import StatusMachine
-from paneworker.terminal import Terminal
-from paneworker.turn_output import TurnMarks, rows_since, take_mark
+from paneworker.procs.program import Program
+from paneworker.screen.emulator import EmulatorUnavailable, ScreenModel
+from paneworker.screen.patterns import Pattern
+from paneworker.screen.terminal import Terminal
+from paneworker.screen.turn_output import TurnMarks, rows_since, take_mark
+from paneworker.status.machine import StatusMachine
+from paneworker.status.osc7501 import StatusReport
+from paneworker.status.screen_rules import Decision, RuleSet, bundled_rules, classify
 from protocol.boot import BootRecord
 from protocol.messages import OutputMatch, Status, ToSupervisor
 
@@ -118,7 +118,7 @@ class ScreenState:
         spare: ScreenModel | None = None,
     ) -> None:
         """``rules`` default to the bundled rules for ``boot.agent``; ``spare`` is a
-        blank screen of the boot's backend and size to adopt (:mod:`paneworker.spares`).
+        blank screen of the boot's backend and size to adopt (:mod:`paneworker.template.spares`).
 
         Raises:
             RulesError: the bundled rules file is broken (a packaging bug).

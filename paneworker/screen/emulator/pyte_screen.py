@@ -13,7 +13,7 @@ dict per row), so drawing a run is one slice assignment and scrolling is a list
 operation; the scrollback is kept as text, one ``str`` per line, with no per-cell
 objects at all. DECSCNM (``?5``, reverse screen) is tracked but not drawn.
 
-The escape-sequence parser lives in :mod:`paneworker.emulator.pyte_parser`; this
+The escape-sequence parser lives in :mod:`paneworker.screen.emulator.pyte_parser`; this
 module only changes the model.
 """
 

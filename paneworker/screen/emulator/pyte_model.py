@@ -10,16 +10,16 @@ import logging
 
 from pyte import modes as mo
 
-from paneworker.emulator.base import Cell
-from paneworker.emulator.pyte_dispatch import PYTE_DEC_MODES, Dispatcher
-from paneworker.emulator.pyte_parser import SequenceParser
-from paneworker.emulator.pyte_screen import PaneScreen
+from paneworker.screen.emulator.base import Cell
+from paneworker.screen.emulator.pyte_dispatch import PYTE_DEC_MODES, Dispatcher
+from paneworker.screen.emulator.pyte_parser import SequenceParser
+from paneworker.screen.emulator.pyte_screen import PaneScreen
 
 _LOG = logging.getLogger(__name__)
 
 
 class PyteModel:
-    """A :class:`~paneworker.emulator.base.ScreenModel` on pyte."""
+    """A :class:`~paneworker.screen.emulator.base.ScreenModel` on pyte."""
 
     parse_chunk = 2048
 

@@ -34,13 +34,18 @@ import socket
 import sys
 import time
 
-from paneworker.__main__ import read_all
-from paneworker.forking import become_worker
-from paneworker.leftovers import kill_subtree
-from paneworker.oscalls import OsCalls
-from paneworker.prefork import fill_free_blocks, fill_malloc_holes, record_calls, relocate_code
-from paneworker.rehearsal import rehearse
-from paneworker.spares import SpareScreens
+from paneworker.loop.entry import read_all
+from paneworker.procs.leftovers import kill_subtree
+from paneworker.procs.oscalls import OsCalls
+from paneworker.template.forking import become_worker
+from paneworker.template.prefork import (
+    fill_free_blocks,
+    fill_malloc_holes,
+    record_calls,
+    relocate_code,
+)
+from paneworker.template.rehearsal import rehearse
+from paneworker.template.spares import SpareScreens
 from protocol import logjson
 from protocol.template import (
     TEMPLATE_PROTOCOL_VERSION,
@@ -70,10 +75,14 @@ _DEAD_STATES = frozenset({"Z", "X"})
 
 
 # What a worker imports while it runs, loaded once here (zmq, msgspec, ptyprocess and
-# the pane code come with paneworker.worker).
-PRELOAD = ("paneworker.worker", "paneworker.emulator.pyte_model", "paneworker.patterns")
+# the pane code come with paneworker.loop.worker).
+PRELOAD = (
+    "paneworker.loop.worker",
+    "paneworker.screen.emulator.pyte_model",
+    "paneworker.screen.patterns",
+)
 OPTIONAL_PRELOAD = ("re2",)
-BACKEND_PRELOAD = {"ghostty": ("pyghostty", "paneworker.emulator.ghostty_model")}
+BACKEND_PRELOAD = {"ghostty": ("pyghostty", "paneworker.screen.emulator.ghostty_model")}
 
 
 def preload(backends: list[str]) -> None:
@@ -105,8 +114,8 @@ def warm_up(backends: list[str]) -> None:
     """Run what every worker runs once, before any fork: the caches this fills (parsed
     screen rules, msgspec's per-type codecs, the emulator's attribute maps) are then
     shared by every child instead of being built, page by page, in each of them."""
-    from paneworker.screen_rules import bundled_agents, bundled_rules
-    from paneworker.screenstate import ScreenState
+    from paneworker.screen.state import ScreenState
+    from paneworker.status.screen_rules import bundled_agents, bundled_rules
     from protocol.boot import BootRecord, decode_boot, encode_boot
     from protocol.framing import Codec
     from protocol.messages import Heartbeat, Hello, Ok, Status
@@ -154,7 +163,11 @@ def warm_up(backends: list[str]) -> None:
 
 
 # Code every fork runs before its pane exists: laid out with the pane's hot code.
-FORK_PATH_MODULES = ("paneworker.template", "paneworker.forking", "paneworker.__main__")
+FORK_PATH_MODULES = (
+    "paneworker.template.process",
+    "paneworker.template.forking",
+    "paneworker.loop.entry",
+)
 # CPython 3.11 specialises a function's bytecode in place at its 8th call (or loop pass).
 QUICKENING_CALLS = 8
 
@@ -162,7 +175,7 @@ QUICKENING_CALLS = 8
 def rehearse_and_lay_out(backends: list[str], socket_dir: str | None = None) -> list[object]:
     """Rehearse a pane on each emulator backend, copy the code it ran back to back, then
     rehearse on the copies until CPython has specialised them. Returns what must stay
-    alive (:mod:`paneworker.prefork`). The rehearsals' sockets go under ``socket_dir``."""
+    alive (:mod:`paneworker.template.prefork`). The rehearsals' sockets go under ``socket_dir``."""
     kinds = list(dict.fromkeys(backends or ["pyte"]))
 
     def rehearse_all() -> None:

@@ -36,8 +36,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from paneworker.pane_io import PaneIO
-from paneworker.scheduler import Scheduler
+from paneworker.requests.pane_io import PaneIO
+from paneworker.requests.scheduler import Scheduler
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import WriteInput
 

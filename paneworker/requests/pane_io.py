@@ -15,8 +15,8 @@ from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import Failed, Ok, ToSupervisor
 
 if TYPE_CHECKING:
-    from paneworker.program import Program
-    from paneworker.screenstate import ScreenState
+    from paneworker.procs.program import Program
+    from paneworker.screen.state import ScreenState
 
 
 class PaneIO:

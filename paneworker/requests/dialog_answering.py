@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from paneworker.dialogs import (
+from paneworker.requests.dialogs import (
     DENY_ONCE,
     DialogPlan,
     DialogScreen,
@@ -34,8 +34,8 @@ from paneworker.dialogs import (
     has_recogniser,
     recogniser_for,
 )
-from paneworker.pane_io import PaneIO
-from paneworker.scheduler import Scheduler
+from paneworker.requests.pane_io import PaneIO
+from paneworker.requests.scheduler import Scheduler
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import AnswerDialog
 

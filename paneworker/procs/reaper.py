@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from paneworker.oscalls import OsCalls, ProcStat
+from paneworker.procs.oscalls import OsCalls, ProcStat
 from protocol.timing import KILL_GRACE_S
 
 _log = logging.getLogger(__name__)

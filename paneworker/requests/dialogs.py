@@ -40,7 +40,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from paneworker.terminal import Cell, Terminal
+from paneworker.screen.terminal import Cell, Terminal
 from protocol.errors import ErrorCode, PanewardenError
 
 ENTER = b"\r"

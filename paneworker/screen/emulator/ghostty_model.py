@@ -22,7 +22,7 @@ import unicodedata
 import weakref
 from typing import Any
 
-from paneworker.emulator.base import Cell, EmulatorUnavailable
+from paneworker.screen.emulator.base import Cell, EmulatorUnavailable
 
 _LOG = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def ghostty_available() -> bool:
 
 
 class GhosttyModel:
-    """A :class:`~paneworker.emulator.base.ScreenModel` on libghostty-vt."""
+    """A :class:`~paneworker.screen.emulator.base.ScreenModel` on libghostty-vt."""
 
     parse_chunk = 256 * 1024
 

@@ -9,7 +9,7 @@ worker, every such write copies a page the template shares (a worker dirtied som
 4.3 MiB this way); done once here, the pages stay shared.
 
 So the template starts one real pane in its own process, the way a worker does
-(:class:`~paneworker.worker.PaneWorker`, with its program on a PTY, its screen and its
+(:class:`~paneworker.loop.worker.PaneWorker`, with its program on a PTY, its screen and its
 ZeroMQ link to a ROUTER played by this module over a private ``ipc://`` socket), sends
 it the requests a supervisor sends (hello, ping, status, input, screen reads, a resize,
 a close), and runs the worker's own loop until the close ends it. Nothing of it is
@@ -30,8 +30,8 @@ from collections.abc import Iterator
 
 import zmq
 
-from paneworker.oscalls import OsCalls
-from paneworker.worker import PaneWorker
+from paneworker.loop.worker import PaneWorker
+from paneworker.procs.oscalls import OsCalls
 from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
 from protocol.framing import Codec
