@@ -26,7 +26,7 @@ from paneworker.screen.state import ScreenState
 from paneworker.screen.terminal import Terminal
 from paneworker.status.screen_rules import RuleSet
 from protocol import PROTOCOL_VERSION
-from protocol.boot import BootRecord
+from protocol.boot import BootRecord, PaneLaunch
 
 WRITER = r"""
 import os, sys, tty
@@ -44,18 +44,20 @@ def _once(kind: str, path: Path, limit: int) -> tuple[bool, bool, bool]:
     env = {"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8"}
     boot = BootRecord(
         protocol_version=PROTOCOL_VERSION,
-        pane="bench",
         instance="i",
         secret=b"s",
         endpoint="ipc:///nonexistent",
-        agent="generic",
-        argv=argv,
-        cwd=str(path.parent),
-        env=env,
-        cols=COLS,
-        rows=ROWS,
-        emulator=kind,
-        output_buffer_bytes=limit,
+        launch=PaneLaunch(
+            pane="bench",
+            agent="generic",
+            argv=argv,
+            cwd=str(path.parent),
+            env=env,
+            cols=COLS,
+            rows=ROWS,
+            emulator=kind,
+            output_buffer_bytes=limit,
+        ),
     )
     screen = ScreenState(boot, lambda _m: None, rules=RuleSet("none", 1, (), "bench"))
     model = screen.terminal._model

@@ -14,7 +14,7 @@ HEARTBEAT_S = 5.0
 # Silence, in heartbeat periods, after which a worker counts itself orphaned: one late
 # or lost beat on a loaded machine must not orphan anyone.
 ORPHAN_AFTER_BEATS = 3
-ORPHAN_AFTER_S = ORPHAN_AFTER_BEATS * HEARTBEAT_S
+ORPHAN_AFTER_S = ORPHAN_AFTER_BEATS * HEARTBEAT_S  # orphan_after(HEARTBEAT_S)
 # The heartbeat loss period spans at least this many heartbeats.
 HEARTBEAT_LOSS_BEATS = 4
 DEFAULT_HEARTBEAT_LOSS_S = HEARTBEAT_LOSS_BEATS * HEARTBEAT_S
@@ -29,3 +29,8 @@ def heartbeat_period(heartbeat_loss_s: float) -> float:
     """The heartbeat period for a heartbeat loss period: ``HEARTBEAT_S``, or shorter so
     that the loss period still spans ``HEARTBEAT_LOSS_BEATS`` heartbeats."""
     return min(HEARTBEAT_S, heartbeat_loss_s / HEARTBEAT_LOSS_BEATS)
+
+
+def orphan_after(heartbeat_s: float) -> float:
+    """How long a worker waits for word from its supervisor before it is orphaned."""
+    return ORPHAN_AFTER_BEATS * heartbeat_s

@@ -12,14 +12,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.boot import EMULATORS, OVERFLOW_POLICIES
+from protocol.boot import (
+    DEFAULT_EMULATOR,
+    DEFAULT_OUTPUT_BUFFER_MB,
+    EMULATORS,
+    MIB,
+    OUTPUT_BUFFER_MB_MAX,
+    OUTPUT_BUFFER_MB_MIN,
+    OVERFLOW_POLICIES,
+)
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.timing import DEFAULT_HEARTBEAT_LOSS_S, DEFAULT_ORPHAN_GRACE_S
 
 DEFAULT_WATCHDOG_PERIOD_S = 5.0
-DEFAULT_EMULATOR = "pyte"
-DEFAULT_OUTPUT_BUFFER_MB = 32
-OUTPUT_BUFFER_MB_MIN, OUTPUT_BUFFER_MB_MAX = 1, 1024
 # The Python package each optional emulator backend needs.
 _EMULATOR_PACKAGES = {"ghostty": "pyghostty"}
 DEFAULT_STORE_LOCK_WAIT_S = 5.0
@@ -49,7 +54,7 @@ class ServiceConfig:
     emulator: str = DEFAULT_EMULATOR
     # PANEWARDEN_OUTPUT_BUFFER_MB / PANEWARDEN_OUTPUT_OVERFLOW: each pane's bound on output
     # read but not yet parsed, and what happens at the bound.
-    output_buffer_bytes: int = DEFAULT_OUTPUT_BUFFER_MB * 1024 * 1024
+    output_buffer_bytes: int = DEFAULT_OUTPUT_BUFFER_MB * MIB
     output_overflow: str = "throttle"
     # How long a coordination call waits for a busy store lock (PANEWARDEN_STORE_LOCK_WAIT_S).
     store_lock_wait_s: float = DEFAULT_STORE_LOCK_WAIT_S
@@ -117,7 +122,7 @@ def _output_buffer_env(environ: Mapping[str, str]) -> int:
             "PANEWARDEN_OUTPUT_BUFFER_MB must be a whole number of MiB in "
             f"[{OUTPUT_BUFFER_MB_MIN}, {OUTPUT_BUFFER_MB_MAX}]",
         )
-    return int(raw) * 1024 * 1024
+    return int(raw) * MIB
 
 
 def _overflow_env(environ: Mapping[str, str]) -> str:

@@ -81,7 +81,7 @@ def _imports(path: Path) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = ".".join(here[: len(here) - node.level + 1] + [node.module or ""])
+                base = ".".join([*here[: len(here) - node.level + 1], node.module or ""])
                 module = base.rstrip(".")
             else:
                 module = node.module or ""

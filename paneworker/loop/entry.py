@@ -87,10 +87,10 @@ def run_worker(
     if spare is not None:
         log.debug(
             "adopting the template's blank %s screen, %dx%d",
-            boot.emulator,
-            boot.cols,
-            boot.rows,
-            extra={"pane": boot.pane},
+            boot.launch.emulator,
+            boot.launch.cols,
+            boot.launch.rows,
+            extra={"pane": boot.launch.pane},
         )
     return PaneWorker(boot, spare).run()
 

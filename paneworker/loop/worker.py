@@ -73,17 +73,23 @@ class PaneWorker:
         self.reaper.become_subreaper()
         with contextlib.suppress(OSError):
             os_calls.set_process_name(WORKER_PROCESS_NAME)
-        rules_dir = Path(boot.rules_dir) if boot.rules_dir else None
+        rules_dir = Path(boot.launch.rules_dir) if boot.launch.rules_dir else None
         self.screen = ScreenState(
             boot,
             lambda msg: self.link.send(msg),
-            rules=load_rules(boot.agent, rules_dir),
+            rules=load_rules(boot.launch.agent, rules_dir),
             spare=spare,
         )
         self.program: Program | None = None
         self.spawn_error: str | None = None
         try:
-            self.program = Program(boot.argv, boot.cwd, boot.env, boot.cols, boot.rows)
+            self.program = Program(
+                boot.launch.argv,
+                boot.launch.cwd,
+                boot.launch.env,
+                boot.launch.cols,
+                boot.launch.rows,
+            )
         except OSError as exc:
             self.spawn_error = f"{type(exc).__name__}: {exc.strerror or exc}"
         self.screen.attach(self.program)
@@ -97,8 +103,8 @@ class PaneWorker:
         self.requests = RequestHandler(
             PaneIO(lambda: self.program, self.screen, self.link.send),
             self,
-            boot.agent,
-            name=boot.pane,
+            boot.launch.agent,
+            name=boot.launch.pane,
         )
         self.timers = Timers()
         self.running = True
@@ -114,7 +120,7 @@ class PaneWorker:
         """The identity frame, re-sent while orphaned so a new supervisor adopts us."""
         return Hello(
             protocol_version=PROTOCOL_VERSION,
-            pane=self.boot.pane,
+            pane=self.boot.launch.pane,
             instance=self.boot.instance,
             proof=self.boot.secret,
             worker_pid=os.getpid(),
@@ -159,7 +165,7 @@ class PaneWorker:
                     for msg in self.link.receive_ready():
                         self.timers.last_rx = time.monotonic()
                         if self.timers.orphan_deadline is not None:
-                            log.info("supervisor is back", extra={"pane": self.boot.pane})
+                            log.info("supervisor is back", extra={"pane": self.boot.launch.pane})
                             self.timers.orphan_deadline = None
                         self.requests.handle(msg)
                 self._reap_children()
@@ -221,7 +227,9 @@ class PaneWorker:
             self._heartbeat(now)
         self._check_orphaned(now)
         if t.orphan_deadline is not None and now >= t.orphan_deadline:
-            log.warning("orphan grace over; closing the pane", extra={"pane": self.boot.pane})
+            log.warning(
+                "orphan grace over; closing the pane", extra={"pane": self.boot.launch.pane}
+            )
             self.running = False
         self.requests.run_due(now)
 
@@ -229,12 +237,12 @@ class PaneWorker:
         t = self.timers
         silent_for = now - t.last_rx
         if t.orphan_deadline is None and silent_for > self.boot.orphan_after_s:
-            t.orphan_deadline = now + self.boot.orphan_grace_s
+            t.orphan_deadline = now + self.boot.launch.orphan_grace_s
             log.warning(
                 "orphaned: no word from the supervisor for %.1fs; grace %.0fs",
                 silent_for,
-                self.boot.orphan_grace_s,
-                extra={"pane": self.boot.pane},
+                self.boot.launch.orphan_grace_s,
+                extra={"pane": self.boot.launch.pane},
             )
 
     def _keepalive(self) -> None:
@@ -276,7 +284,7 @@ class PaneWorker:
         self.screen.drain_to_end()
         self.screen.catch_up()
         exit_code = os.waitstatus_to_exitcode(wait_status)
-        result = self.reaper.kill_tree(prog.pid, grace_s=self.boot.kill_grace_s)
+        result = self.reaper.kill_tree(prog.pid, grace_s=self.boot.launch.kill_grace_s)
         for other_pid, other_status in result.reaped:
             if other_pid != pid:
                 continue
@@ -288,7 +296,7 @@ class PaneWorker:
             "program exited with %s; killed %d leftovers",
             exit_code,
             result.signalled,
-            extra={"pane": self.boot.pane},
+            extra={"pane": self.boot.launch.pane},
         )
 
     def close(self, grace_s: float) -> tuple[int | None, int]:
@@ -335,9 +343,11 @@ class PaneWorker:
 
     def _shutdown(self) -> None:
         if self._stop_signal is not None:
-            log.info("stopping on signal %d", self._stop_signal, extra={"pane": self.boot.pane})
+            log.info(
+                "stopping on signal %d", self._stop_signal, extra={"pane": self.boot.launch.pane}
+            )
         try:
-            self.kill_everything(self.boot.kill_grace_s)
+            self.kill_everything(self.boot.launch.kill_grace_s)
         finally:
             if self.program is not None:
                 self.program.close()

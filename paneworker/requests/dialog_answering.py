@@ -26,16 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from paneworker.requests.dialogs import (
-    DENY_ONCE,
-    DialogPlan,
-    DialogScreen,
-    Recogniser,
-    has_recogniser,
-    recogniser_for,
-)
 from paneworker.requests.pane_io import PaneIO
 from paneworker.requests.scheduler import Scheduler
+from paneworker.screen.terminal import Terminal
+from protocol.agents.dialog_kit import DENY_ONCE, DialogPlan, DialogScreen, Recogniser, refuse
+from protocol.agents.table import spec_for
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import AnswerDialog
 
@@ -116,13 +111,14 @@ class DialogAnswering:
                 ErrorCode.DIALOG_UNRECOGNIZED,
                 f"only permission dialogs are answered; this one is a {status.kind} dialog",
             )
-        recogniser = recogniser_for(self._agent)
-        measured = has_recogniser(self._agent)
+        recogniser = spec_for(self._agent).dialogs
+        if recogniser is None:
+            raise refuse(f"dialogs of agent kind {self._agent!r} are never answered")
         job = _Answer(msg.rid, msg.answer, recogniser, status.turn)
         try:
             plan = recogniser(self._screen(), msg.answer)
         except PanewardenError as exc:
-            if not measured or exc.code != ErrorCode.DIALOG_UNRECOGNIZED or self._appear_s <= 0:
+            if exc.code != ErrorCode.DIALOG_UNRECOGNIZED or self._appear_s <= 0:
                 raise
             # Not drawn yet, perhaps: look again on every change, for a bounded time.
             job.deadline = self._scheduler.clock() + self._appear_s
@@ -238,7 +234,7 @@ class DialogAnswering:
             )
 
     def _screen(self) -> DialogScreen:
-        return DialogScreen.from_terminal(self._io.screen.terminal)
+        return dialog_screen(self._io.screen.terminal)
 
     def _replan(self, job: _Answer) -> DialogPlan:
         """The recogniser's plan on the screen as it is now, for the same dialog only."""
@@ -255,3 +251,12 @@ class DialogAnswering:
                 "another dialog replaced the one being answered; no further key was sent",
             )
         return plan
+
+
+def dialog_screen(terminal: Terminal) -> DialogScreen:
+    """What a recogniser sees of ``terminal``: its visible screen as it is now."""
+    return DialogScreen(
+        lines=tuple(terminal.display_lines()),
+        cell_rows=terminal.cells,
+        application_cursor_keys=terminal.application_cursor_keys,
+    )

@@ -22,10 +22,11 @@ from paneworker.requests.dialog_answering import (
     DialogAnswering,
 )
 from paneworker.requests.pane_io import PaneIO
-from paneworker.requests.prompt_delivery import PromptDelivery, enter_waits_for_echo
+from paneworker.requests.prompt_delivery import PromptDelivery
 from paneworker.requests.scheduler import Scheduler
 from paneworker.screen.patterns import compile_pattern
 from paneworker.screen.state import Watch
+from protocol.agents.table import spec_for
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import (
     READ_QUIET_MAX_S,
@@ -91,7 +92,7 @@ class RequestHandler:
             self.io,
             self.scheduler,
             lambda: self.dialogs.in_progress,
-            enter_after_echo=enter_waits_for_echo(agent),
+            enter_after_echo=spec_for(agent).enter_after_echo,
         )
 
     # ------------------------------------------------------------ scheduling

@@ -20,7 +20,7 @@ not submitted". Its ``seq`` is the cursor taken before the first byte was queued
 Some agents read an Enter that comes right after a paste as a newline inside the prompt
 (Gemini CLI 0.61.0 does until a 40 ms timer after the paste has run and the input box has
 re-rendered; measured: the prompt stayed in its input box, one row up). For those
-(:func:`enter_waits_for_echo`) Enter also waits until the program has drawn the end of
+(``enter_after_echo`` in their spec) Enter also waits until the program has drawn the end of
 the typed text (once more than it was on screen before) and then been quiet for
 ``ENTER_QUIET_S`` (``ENTER_FIRST_QUIET_S`` for a pane's first prompt), or
 ``ENTER_ECHO_TIMEOUT_S`` passed; and the prompt counts as taken only
@@ -54,18 +54,13 @@ TYPE_TIMEOUT_S = 10.0
 # How much of the prompt's end is looked for on the input line (input boxes scroll long
 # lines horizontally, so only the end is sure to be visible).
 PROMPT_TAIL_CHARS = 16
-# Agents whose Enter waits for the echo of the typed text, and how long it waits.
-_ENTER_AFTER_ECHO = frozenset({"gemini", "qwen"})
+# How long Enter waits for the echo of the typed text, for agent kinds whose spec says
+# ``enter_after_echo``.
 ENTER_QUIET_S = 0.3
 # The first prompt of a pane comes while the program may still be busy starting up
 # (Gemini CLI loads its tools after its first frame): it waits for a longer quiet.
 ENTER_FIRST_QUIET_S = 1.0
 ENTER_ECHO_TIMEOUT_S = 3.0
-
-
-def enter_waits_for_echo(agent: str) -> bool:
-    """True for agent kinds that take an Enter right after a paste as a newline."""
-    return agent in _ENTER_AFTER_ECHO
 
 
 @dataclass

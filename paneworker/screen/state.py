@@ -11,7 +11,7 @@ machine exactly when the screen has been parsed up to it, never before. While it
 parses, the worker keeps reading the PTY between chunks, so a program printing a
 burst is not slowed by the emulator.
 
-The backlog is bounded (``boot.output_buffer_bytes``). At the bound, with
+The backlog is bounded (``boot.launch.output_buffer_bytes``). At the bound, with
 ``output_overflow = "throttle"`` (the default) the worker stops reading: the
 program blocks in its write, nothing is lost. With ``"drop"`` the oldest unparsed
 bytes are discarded, the screen converges from the newest output, and a warning
@@ -117,21 +117,21 @@ class ScreenState:
         clock: Callable[[], float] = time.monotonic,
         spare: ScreenModel | None = None,
     ) -> None:
-        """``rules`` default to the bundled rules for ``boot.agent``; ``spare`` is a
+        """``rules`` default to the bundled rules for ``boot.launch.agent``; ``spare`` is a
         blank screen of the boot's backend and size to adopt (:mod:`paneworker.template.spares`).
 
         Raises:
             RulesError: the bundled rules file is broken (a packaging bug).
         """
         self._send = send
-        self._pane = boot.pane
+        self._pane = boot.launch.pane
         self.status = StatusMachine()
-        self.rules = rules if rules is not None else bundled_rules(boot.agent)
+        self.rules = rules if rules is not None else bundled_rules(boot.launch.agent)
         self._clock = clock
         self._rules = _RulesProgress()
         self.program: Program | None = None
-        self._limit = boot.output_buffer_bytes
-        self._drop = boot.output_overflow == "drop"
+        self._limit = boot.launch.output_buffer_bytes
+        self._drop = boot.launch.output_overflow == "drop"
         self.terminal = self._open_terminal(boot, spare)
         # Called now and then during a long catch-up (the worker sends heartbeats).
         self.keepalive: Callable[[], None] | None = None
@@ -149,21 +149,21 @@ class ScreenState:
     def _open_terminal(self, boot: BootRecord, spare: ScreenModel | None) -> Terminal:
         def terminal(emulator: str, model: ScreenModel | None = None) -> Terminal:
             return Terminal(
-                boot.cols,
-                boot.rows,
+                boot.launch.cols,
+                boot.launch.rows,
                 reply=self._reply,
                 on_report=lambda _report: None,
                 # In stream order, right where each change is in the output: two reports
                 # in one read are two status changes, not one.
                 on_root_change=self._apply_root,
-                history_lines=boot.history_lines,
+                history_lines=boot.launch.history_lines,
                 emulator=emulator,
                 clock=self._clock,
                 model=model,
             )
 
         try:
-            return terminal(boot.emulator, spare)
+            return terminal(boot.launch.emulator, spare)
         except EmulatorUnavailable as exc:
             # The supervisor checks this at start; a worker that still cannot load it
             # keeps the pane usable on the default backend rather than failing it.

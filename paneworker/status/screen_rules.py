@@ -52,6 +52,7 @@ from typing import Literal
 
 import msgspec
 
+from protocol.agents.table import GENERIC, SPECS
 from protocol.safe_files import FileReadError, read_regular_file
 
 # An override is a small JSON file; anything larger is refused, not read.
@@ -69,7 +70,6 @@ MAX_REGION_LINES = 1000
 MAX_RULES_BYTES = 256 * 1024
 MAX_RULES = 256
 MAX_STARTUP_QUIET_S = 10.0
-GENERIC = "generic"
 # Agent kinds name files: keep them to a safe, path-free shape.
 _AGENT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
@@ -281,12 +281,15 @@ def _compile(spec: _RuleSpec, source: str) -> Rule:
 
 
 def bundled_rules(agent: str) -> RuleSet:
-    """The rules shipped with panewarden; an agent kind without a file gets ``generic``.
+    """The rules shipped for ``agent``: the file its spec names. A name that is no agent
+    kind (never one a pane boots with) gets ``generic``'s.
 
     Raises:
-        RulesError: a bundled file is broken (a packaging bug, caught by the tests).
+        RulesError: the kind's bundled file is missing or broken (a packaging bug, caught
+            by the tests over the kind table).
     """
-    return _bundled(agent if _AGENT_NAME.match(agent) else GENERIC)
+    spec = SPECS.get(agent)
+    return _bundled(spec.rules if spec is not None else GENERIC)
 
 
 @functools.lru_cache(maxsize=64)
@@ -294,22 +297,10 @@ def _bundled(name: str) -> RuleSet:
     # Parsed once per process: package data never changes under a running process, a
     # RuleSet is immutable, and the worker template parses every file before it forks,
     # so a forked worker shares them instead of parsing (and copying pages) again.
-    package = resources.files("paneworker.status").joinpath("rules")
-    resource = package.joinpath(f"{name}.json")
-    if not resource.is_file():
-        name = GENERIC
-        resource = package.joinpath(f"{GENERIC}.json")
+    resource = resources.files("paneworker.status").joinpath("rules", f"{name}.json")
+    if not _AGENT_NAME.match(name) or not resource.is_file():
+        raise RulesError(f"no bundled screen rules {name}.json")
     return parse_rules(resource.read_bytes(), agent=name, source=f"bundled {name}.json")
-
-
-def bundled_agents() -> list[str]:
-    """The agent kinds that have a bundled rules file."""
-    package = resources.files("paneworker.status").joinpath("rules")
-    return sorted(
-        entry.name.removesuffix(".json")
-        for entry in package.iterdir()
-        if entry.name.endswith(".json") and _AGENT_NAME.match(entry.name.removesuffix(".json"))
-    )
 
 
 def load_rules(agent: str, override_dir: Path | None = None) -> RuleSet:
@@ -347,7 +338,7 @@ def load_rules(agent: str, override_dir: Path | None = None) -> RuleSet:
 def prefer(bundled: RuleSet, override: RuleSet) -> RuleSet:
     """The override unless it is older than bundled rules for the same kind (then logged)."""
     if bundled.agent != override.agent:
-        # No bundled file for this kind (it fell back to generic): the override is all there is.
+        # A name that is no agent kind (it got generic's): the override is all there is.
         return override
     if override.version < bundled.version:
         log.warning(

@@ -115,12 +115,13 @@ def warm_up(backends: list[str]) -> None:
     screen rules, msgspec's per-type codecs, the emulator's attribute maps) are then
     shared by every child instead of being built, page by page, in each of them."""
     from paneworker.screen.state import ScreenState
-    from paneworker.status.screen_rules import bundled_agents, bundled_rules
-    from protocol.boot import BootRecord, decode_boot, encode_boot
+    from paneworker.status.screen_rules import bundled_rules
+    from protocol.agents.table import AGENT_KINDS
+    from protocol.boot import BootRecord, PaneLaunch, decode_boot, encode_boot
     from protocol.framing import Codec
     from protocol.messages import Heartbeat, Hello, Ok, Status
 
-    for agent in bundled_agents():
+    for agent in AGENT_KINDS:
         bundled_rules(agent)
     codec = Codec()
     for kind in ["pyte", *backends]:
@@ -128,17 +129,19 @@ def warm_up(backends: list[str]) -> None:
             encode_boot(
                 BootRecord(
                     protocol_version=0,
-                    pane="warm-up",
                     instance="warm-up",
                     secret=b"",
                     endpoint="",
-                    agent="generic",
-                    argv=["true"],
-                    cwd="/",
-                    env={},
-                    cols=80,
-                    rows=24,
-                    emulator=kind,
+                    launch=PaneLaunch(
+                        pane="warm-up",
+                        agent="generic",
+                        argv=["true"],
+                        cwd="/",
+                        env={},
+                        cols=80,
+                        rows=24,
+                        emulator=kind,
+                    ),
                 )
             )
         )
@@ -149,7 +152,7 @@ def warm_up(backends: list[str]) -> None:
         status = screen.status.snapshot()
         hello = Hello(
             protocol_version=0,
-            pane=boot.pane,
+            pane=boot.launch.pane,
             instance=boot.instance,
             proof=b"",
             worker_pid=0,

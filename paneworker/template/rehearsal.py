@@ -33,7 +33,7 @@ import zmq
 from paneworker.loop.worker import PaneWorker
 from paneworker.procs.oscalls import OsCalls
 from protocol import PROTOCOL_VERSION
-from protocol.boot import BootRecord
+from protocol.boot import BootRecord, PaneLaunch
 from protocol.framing import Codec
 from protocol.messages import (
     Close,
@@ -69,19 +69,21 @@ def rehearse(emulator: str, socket_dir: str | None = None, cols: int = 200, rows
     ):
         boot = BootRecord(
             protocol_version=PROTOCOL_VERSION,
-            pane=REHEARSAL_PANE,
             instance=REHEARSAL_PANE,
             secret=os.urandom(32),
             endpoint=endpoint,
-            agent="generic",
-            argv=REHEARSAL_ARGV,
-            cwd="/",
-            env={"PATH": os.defpath},
-            cols=cols,
-            rows=rows,
-            emulator=emulator,
-            kill_grace_s=0.5,
-            rules_dir=tmp,  # no override there: the bundled rules, by the override path
+            launch=PaneLaunch(
+                pane=REHEARSAL_PANE,
+                agent="generic",
+                argv=REHEARSAL_ARGV,
+                cwd="/",
+                env={"PATH": os.defpath},
+                cols=cols,
+                rows=rows,
+                emulator=emulator,
+                kill_grace_s=0.5,
+                rules_dir=tmp,
+            ),
         )
         with _signals_restored(), _process_name_restored():
             worker = PaneWorker(boot)
@@ -107,7 +109,7 @@ def _play(worker: PaneWorker, router: zmq.Socket[bytes]) -> None:
         Introduce(),
         ReadScreen(rid=2, lines=10),
         WriteInput(rid=3, text="hello", submit=True),
-        Resize(rid=4, cols=worker.boot.cols - 1, rows=worker.boot.rows - 1),
+        Resize(rid=4, cols=worker.boot.launch.cols - 1, rows=worker.boot.launch.rows - 1),
         ReadScreen(rid=5, scrollback=True, since_input=0),
         Close(rid=6, capture_lines=5, grace_s=0.5),
     ]

@@ -62,6 +62,6 @@ class SpareScreens:
 
     def take(self, boot: BootRecord) -> ScreenModel | None:
         """The blank screen for ``boot``, once (None when there is none for it)."""
-        if boot.history_lines != SPARE_HISTORY_LINES:
+        if boot.launch.history_lines != SPARE_HISTORY_LINES:
             return None
-        return self._screens.pop((boot.emulator, boot.cols, boot.rows), None)
+        return self._screens.pop((boot.launch.emulator, boot.launch.cols, boot.launch.rows), None)

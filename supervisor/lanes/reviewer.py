@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.agents.table import SPECS, spec_for
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.control.context import ControlContext
 from supervisor.control.controllers import Credentials
@@ -23,9 +24,6 @@ from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLeas
 from supervisor.lanes.closing import BUSY_STATES, CloseJob, begin_close, finish_close
 from supervisor.lanes.provisioning import OnSpawn, start_leased_pane
 from supervisor.panes.pane import LeaseTag, Pane
-
-# Agent kinds whose model and effort can be chosen at start, and the flags that say so.
-MODEL_FLAGS = {"claude": ("--model", "--effort")}
 
 
 @dataclass
@@ -98,12 +96,12 @@ class ReviewerLanes:
         if model is None and effort is None:
             return None
         agent = self._ctx.lifecycle.agent_of(profile)
-        flags = MODEL_FLAGS.get(agent)
+        flags = spec_for(agent).model_flags
         if flags is None:
+            offered = sorted(s.name for s in SPECS.values() if s.model_flags is not None)
             raise PanewardenError(
                 ErrorCode.INVALID_ARGUMENT,
-                f"model and effort are only chosen for agent kinds {sorted(MODEL_FLAGS)}, "
-                f"not {agent!r}",
+                f"model and effort are only chosen for agent kinds {offered}, not {agent!r}",
             )
         args: list[str] = []
         for flag, value in zip(flags, (model, effort), strict=True):

@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 
+from protocol.boot import PaneLaunch
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import Close, Closed, Failed
 from protocol.names import NAME_RULE, is_valid_name
@@ -103,20 +104,20 @@ class PaneLifecycle:
                 environ=self._config.environ,
             )
             handle, boot = self._workers.prepare(
-                {
-                    "pane": name,
-                    "agent": spec.agent,
-                    "argv": list(spec.argv),
-                    "cwd": spec.cwd,
-                    "env": {**spec.env, **self._pane_env},
-                    "cols": spec.cols,
-                    "rows": spec.rows,
-                    "orphan_grace_s": self._config.orphan_grace_s,
-                    "rules_dir": self._rules_dir(),
-                    "emulator": spec.emulator or self._config.emulator,
-                    "output_buffer_bytes": self._config.output_buffer_bytes,
-                    "output_overflow": self._config.output_overflow,
-                }
+                PaneLaunch(
+                    pane=name,
+                    agent=spec.agent,
+                    argv=list(spec.argv),
+                    cwd=spec.cwd,
+                    env={**spec.env, **self._pane_env},
+                    cols=spec.cols,
+                    rows=spec.rows,
+                    orphan_grace_s=self._config.orphan_grace_s,
+                    rules_dir=self._rules_dir(),
+                    emulator=spec.emulator or self._config.emulator,
+                    output_buffer_bytes=self._config.output_buffer_bytes,
+                    output_overflow=self._config.output_overflow,
+                )
             )
             pane = Pane(
                 name=name,

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from protocol.template import MAX_SPARE_SCREENS, SpareScreen
-from protocol.timing import ORPHAN_AFTER_BEATS, heartbeat_period
+from protocol.timing import heartbeat_period, orphan_after
 from supervisor.config import ServiceConfig
 from supervisor.panes import orphans
 from supervisor.panes.driving import PaneDriver
@@ -78,7 +78,7 @@ class PaneService:
             Path(endpoint.removeprefix("ipc://")).parent,
             config.environ,
             enabled=config.worker_template,
-            orphan_after_s=ORPHAN_AFTER_BEATS * heartbeat_s,
+            orphan_after_s=orphan_after(heartbeat_s),
             orphan_grace_s=config.orphan_grace_s,
             preload=_backends(config, profiles),
             spares=spare_screens(config, profiles),

@@ -30,7 +30,7 @@ import zmq
 import zmq.asyncio
 
 from protocol import PROTOCOL_VERSION
-from protocol.boot import BootRecord, encode_boot
+from protocol.boot import BootRecord, PaneLaunch, encode_boot
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.framing import MAX_FRAME_BYTES, Codec, FrameError
 from protocol.messages import (
@@ -44,7 +44,7 @@ from protocol.messages import (
     ToSupervisor,
     ToWorker,
 )
-from protocol.timing import DEFAULT_HEARTBEAT_LOSS_S, ORPHAN_AFTER_BEATS, heartbeat_period
+from protocol.timing import DEFAULT_HEARTBEAT_LOSS_S, heartbeat_period, orphan_after
 from supervisor.panes.template import TemplateManager, TemplateUnavailable
 from supervisor.panes.worker_env import worker_env
 from supervisor.procfs import process_start_ticks
@@ -172,7 +172,7 @@ class WorkerManager:
 
     # ------------------------------------------------------------ spawning
 
-    def prepare(self, boot_fields: dict[str, object]) -> tuple[WorkerHandle, bytes]:
+    def prepare(self, launch: PaneLaunch) -> tuple[WorkerHandle, bytes]:
         """A handle for a pane's worker about to be started, and its encoded boot record.
 
         Registered at once, before the process exists (its frames always find it);
@@ -186,15 +186,15 @@ class WorkerManager:
             instance=instance,
             secret=secret,
             endpoint=self.endpoint,
+            launch=launch,
             heartbeat_s=self.heartbeat_s,
-            orphan_after_s=ORPHAN_AFTER_BEATS * self.heartbeat_s,
-            **boot_fields,  # type: ignore[arg-type]
+            orphan_after_s=orphan_after(self.heartbeat_s),
         )
         data = encode_boot(boot)
         if len(data) > MAX_INLINE_BOOT:
             raise PanewardenError(ErrorCode.SPAWN_FAILED, "launch spec too large")
         handle = WorkerHandle(
-            pane=str(boot_fields["pane"]),
+            pane=launch.pane,
             instance=instance,
             pid=0,
             secret_hash=hashlib.sha256(secret).digest(),

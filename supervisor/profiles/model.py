@@ -12,22 +12,22 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct
 
+from protocol.agents.table import AGENT_KINDS, GENERIC, launch_rules_for
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.names import is_valid_name
 from supervisor.config import check_emulator
-from supervisor.profiles.approval import PIN_MISSING, needs_pin, pins_approval_mode, refused_flag
 
-AgentKind = Literal[
-    "kiro", "devin", "opencode", "claude", "codex", "gemini", "qwen", "demo", "generic"
-]
+if TYPE_CHECKING:
+    AgentKind = str
+else:
+    # The kinds of protocol.agents.table, as msgspec checks them when the file loads.
+    AgentKind = Literal[AGENT_KINDS]
 PermissionMode = Literal["normal", "accept-edits", "bypass"]
 EnvScheme = Literal["literal", "env", "file", "keychain"]
 EmulatorKind = Literal["pyte", "ghostty"]
@@ -37,20 +37,6 @@ ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_PANES_MIN, MAX_PANES_MAX = 1, 256
 COLS_MIN, COLS_MAX = 20, 500
 ROWS_MIN, ROWS_MAX = 5, 200
-
-# A mode is allowed only for agents whose adapter has been measured against the real CLI
-# in that mode; everything else is held to "normal" until someone measures it.
-# Agent kind -> permission modes with a measured adapter (the flags that put the CLI in
-# that mode, checked against the real program). None is measured yet: Claude Code and
-# Codex need a signed-in account before their modes show, and this machine is offline.
-# Until then every kind stays 'normal' (fail closed); an entry here is an adapter claim.
-MEASURED_PERMISSION_MODES: Mapping[str, frozenset[str]] = MappingProxyType({})
-_NORMAL_ONLY = frozenset({"normal"})
-
-# OpenCode approves every permission prompt without a dialog when started with one of
-# these; matched as case-insensitive substrings, so `--auto-share` is refused as well
-# (a false positive we accept rather than miss a spelling).
-OPENCODE_AUTO_APPROVE_MARKERS = ("--auto", "autoaccept", "auto-accept", "auto_accept")
 
 # Nudges are typed into the pane. If a dialog appears between the watchdog's check and
 # its keystrokes, a nudge that reads as an answer would approve or pick an option, so
@@ -91,7 +77,7 @@ class ProfileEntry(Struct, forbid_unknown_fields=True, frozen=True):
     # newline, and the hand check can quote the rule in plain words.
     name: str
     argv: Annotated[tuple[NonEmptyStr, ...], Meta(min_length=1)]
-    agent: AgentKind = "generic"
+    agent: AgentKind = GENERIC
     extra_args: tuple[NonEmptyStr, ...] = ()
     cwds: tuple[str, ...] = ()
     # Values typed `Any` so a bad value is reported under its own key rather than
@@ -206,17 +192,6 @@ def is_bare_answer(text: str) -> bool:
     return len(core) <= 1 or core.isdigit() or core in BARE_ANSWERS
 
 
-def names_opencode(argv: tuple[str, ...] | list[str]) -> bool:
-    """True when any argv element mentions opencode (a wrapper such as ``npx`` included)."""
-    return any("opencode" in arg.casefold() for arg in argv)
-
-
-def auto_approve_flag(arg: str) -> bool:
-    """True when ``arg`` contains one of OpenCode's auto-approve spellings."""
-    folded = arg.casefold()
-    return any(marker in folded for marker in OPENCODE_AUTO_APPROVE_MARKERS)
-
-
 def parse_env_value(where: str, name: str, value: object) -> EnvSource:
     """Classify one ``env`` value; only ``env:``, ``file:`` and ``keychain:`` are schemes."""
     if not isinstance(value, str):
@@ -242,36 +217,26 @@ def _check_no_nul(where: str, values: tuple[str, ...]) -> None:
             raise config_error(f"{where}[{index}]", "must not contain a NUL character")
 
 
-def _check_opencode(where: str, entry: ProfileEntry) -> None:
-    if entry.agent != "opencode" and not names_opencode(entry.argv):
-        return
-    for key, values in (("argv", entry.argv), ("extra_args", entry.extra_args)):
-        for index, arg in enumerate(values):
-            if auto_approve_flag(arg):
-                raise config_error(
-                    f"{where}.{key}[{index}]",
-                    "auto-approve flag refused for opencode (it skips every permission dialog)",
-                )
-    if entry.permission_mode != "normal":
-        raise config_error(
-            f"{where}.permission_mode",
-            "opencode profiles allow only 'normal' (no other opencode mode has been measured)",
-        )
-
-
-def _check_approval_pin(where: str, entry: ProfileEntry) -> None:
-    """Gemini CLI and Qwen Code: no auto-approval flag, the approval mode pinned."""
-    if not needs_pin(entry.agent, entry.argv):
-        return
-    for key, values in (("argv", entry.argv), ("extra_args", entry.extra_args)):
-        refused = refused_flag(values)
-        if refused is not None:
-            index, why = refused
+def _check_launch_rules(where: str, entry: ProfileEntry) -> None:
+    """Every applying kind's launch rules: its own, and those of the programs argv names
+    (protocol.agents: no auto-approval flag, what must be pinned, measured modes only)."""
+    for spec in launch_rules_for(entry.agent, entry.argv):
+        rules = spec.launch
+        if rules.refused_flag is not None:
+            for key, values in (("argv", entry.argv), ("extra_args", entry.extra_args)):
+                refused = rules.refused_flag(values)
+                if refused is not None:
+                    index, why = refused
+                    raise config_error(f"{where}.{key}[{index}]", f"{rules.refusal}: {why}")
+        missing = rules.required(entry.argv) if rules.required is not None else None
+        if missing is not None:
+            raise config_error(f"{where}.argv", missing)
+        if entry.permission_mode not in rules.permission_modes:
             raise config_error(
-                f"{where}.{key}[{index}]", f"auto-approval refused for gemini and qwen: {why}"
+                f"{where}.permission_mode",
+                f"{entry.permission_mode!r} is not allowed for {spec.name} profiles (no "
+                "measured adapter for that mode yet; only 'normal' is allowed)",
             )
-    if not pins_approval_mode(entry.argv):
-        raise config_error(f"{where}.argv", PIN_MISSING)
 
 
 def _build_watchdog(where: str, entry: WatchdogEntry) -> WatchdogConfig:
@@ -307,14 +272,7 @@ def build_profile(where: str, entry: ProfileEntry) -> Profile:
     for index, cwd in enumerate(entry.cwds):
         if "\0" in cwd or not os.path.isabs(cwd):
             raise config_error(f"{where}.cwds[{index}]", "must be absolute")
-    _check_opencode(where, entry)
-    _check_approval_pin(where, entry)
-    if entry.permission_mode not in MEASURED_PERMISSION_MODES.get(entry.agent, _NORMAL_ONLY):
-        raise config_error(
-            f"{where}.permission_mode",
-            f"{entry.permission_mode!r} is not allowed for agent {entry.agent!r} "
-            "(no measured adapter for that mode yet; only 'normal' is allowed)",
-        )
+    _check_launch_rules(where, entry)
     env: list[EnvSource] = []
     for name, value in entry.env.items():
         env_where = f"{where}.env.{name}"

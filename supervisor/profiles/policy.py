@@ -15,9 +15,9 @@ import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
+from protocol.agents.table import launch_rules_for
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.safe_files import FileReadError, read_regular_file
-from supervisor.profiles.approval import PIN_MISSING, needs_pin, pins_approval_mode, refused_flag
 from supervisor.profiles.launch import (
     LaunchSpec,
     contained_cwd,
@@ -31,8 +31,6 @@ from supervisor.profiles.model import (
     ROWS_MIN,
     Profile,
     WatchdogConfig,
-    auto_approve_flag,
-    names_opencode,
     parse_document,
 )
 
@@ -184,24 +182,18 @@ class ProfileSet:
                     ErrorCode.INVALID_ARGUMENT,
                     f"argv[{index}]: must be a non-empty string without NUL",
                 )
-        # Same rule as the file's: a caller must not switch OpenCode's approvals off either.
-        if profile.agent == "opencode" or names_opencode(argv):
-            for index, arg in enumerate(argv):
-                if auto_approve_flag(arg):
-                    raise PanewardenError(
-                        ErrorCode.FORBIDDEN,
-                        f"argv[{index}]: auto-approve flag refused for opencode",
-                    )
-        # And Gemini CLI's and Qwen Code's: no auto-approval flag, the mode pinned.
-        if needs_pin(profile.agent, argv):
-            refused = refused_flag(argv)
+        # The file's launch rules hold for a caller's argv too (no auto-approval flag, the
+        # approval mode pinned), for the profile's kind and every program argv names.
+        for spec in launch_rules_for(profile.agent, argv):
+            rules = spec.launch
+            refused = rules.refused_flag(argv) if rules.refused_flag is not None else None
             if refused is not None:
                 raise PanewardenError(
-                    ErrorCode.FORBIDDEN,
-                    f"argv[{refused[0]}]: auto-approval refused for gemini and qwen: {refused[1]}",
+                    ErrorCode.FORBIDDEN, f"argv[{refused[0]}]: {rules.refusal}: {refused[1]}"
                 )
-            if not pins_approval_mode(argv):
-                raise PanewardenError(ErrorCode.FORBIDDEN, f"argv: {PIN_MISSING}")
+            missing = rules.required(argv) if rules.required is not None else None
+            if missing is not None:
+                raise PanewardenError(ErrorCode.FORBIDDEN, f"argv: {missing}")
         return tuple(argv)
 
 

@@ -21,7 +21,7 @@ from paneworker.screen.state import ScreenState
 from paneworker.screen.terminal import Terminal
 from paneworker.status.screen_rules import RuleSet
 from protocol import PROTOCOL_VERSION
-from protocol.boot import BootRecord
+from protocol.boot import BootRecord, PaneLaunch
 from protocol.messages import Status, ToSupervisor
 from tests.paneworker.emulators import EMULATOR
 
@@ -60,19 +60,21 @@ class FedRecorder:
 def _boot(tmp_path: Path, argv: list[str], limit: int, overflow: str) -> BootRecord:
     return BootRecord(
         protocol_version=PROTOCOL_VERSION,
-        pane="t",
         instance="i",
         secret=b"s",
         endpoint="ipc:///nonexistent",
-        agent="generic",
-        argv=argv,
-        cwd=str(tmp_path),
-        env={"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8"},
-        cols=COLS,
-        rows=ROWS,
-        emulator=EMULATOR,
-        output_buffer_bytes=limit,
-        output_overflow=overflow,
+        launch=PaneLaunch(
+            pane="t",
+            agent="generic",
+            argv=argv,
+            cwd=str(tmp_path),
+            env={"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8"},
+            cols=COLS,
+            rows=ROWS,
+            emulator=EMULATOR,
+            output_buffer_bytes=limit,
+            output_overflow=overflow,
+        ),
     )
 
 
@@ -87,7 +89,7 @@ def _run(
     boot = _boot(tmp_path, argv, limit, overflow)
     screen = ScreenState(boot, sent.append, rules=RuleSet("none", 1, (), "test"))
     recorder = FedRecorder(screen.terminal)
-    program = Program(argv, str(tmp_path), dict(boot.env), COLS, ROWS)
+    program = Program(argv, str(tmp_path), dict(boot.launch.env), COLS, ROWS)
     screen.attach(program)
     screen.status.set_lifecycle("running")
     throttled = False

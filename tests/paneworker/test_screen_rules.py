@@ -35,7 +35,7 @@ from paneworker.status.screen_rules import (
     region_text,
 )
 from protocol import PROTOCOL_VERSION
-from protocol.boot import BootRecord
+from protocol.boot import BootRecord, PaneLaunch
 from protocol.messages import Status, ToSupervisor
 from tests.paneworker.emulators import EMULATOR
 
@@ -551,16 +551,12 @@ class FakeClock:
 def boot_for(agent: str, argv: list[str] | None = None, cwd: str = "/") -> BootRecord:
     return BootRecord(
         protocol_version=PROTOCOL_VERSION,
-        pane="p",
         instance="i",
         secret=b"s",
         endpoint="ipc:///nonexistent",
-        agent=agent,
-        argv=argv or ["true"],
-        cwd=cwd,
-        env={},
-        cols=120,
-        rows=40,
+        launch=PaneLaunch(
+            pane="p", agent=agent, argv=argv or ["true"], cwd=cwd, env={}, cols=120, rows=40
+        ),
     )
 
 

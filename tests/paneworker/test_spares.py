@@ -14,7 +14,7 @@ import pytest
 
 from paneworker.screen.terminal import Terminal
 from paneworker.template.spares import MAX_SPARE_SIDE, SPARE_HISTORY_LINES, SpareScreens
-from protocol.boot import BootRecord
+from protocol.boot import BootRecord, PaneLaunch
 from protocol.template import MAX_SPARE_SCREENS, SpareScreen
 
 
@@ -23,18 +23,20 @@ def _boot(
 ) -> BootRecord:
     return BootRecord(
         protocol_version=1,
-        pane="p",
         instance="i",
         secret=b"s",
         endpoint="ipc:///nowhere",
-        agent="generic",
-        argv=["true"],
-        cwd="/",
-        env={},
-        cols=cols,
-        rows=rows,
-        emulator=emulator,
-        history_lines=SPARE_HISTORY_LINES if history is None else history,
+        launch=PaneLaunch(
+            pane="p",
+            agent="generic",
+            argv=["true"],
+            cwd="/",
+            env={},
+            cols=cols,
+            rows=rows,
+            emulator=emulator,
+            history_lines=SPARE_HISTORY_LINES if history is None else history,
+        ),
     )
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from protocol.boot import BootRecord, encode_boot
+from protocol.boot import BootRecord, PaneLaunch, encode_boot
 from protocol.framing import Codec
 from protocol.messages import Hello, ReadScreen, ScreenText
 from protocol.template import (
@@ -175,16 +175,10 @@ def _hello(template: Template, conn: socket.socket | None = None) -> TemplateHel
 def _boot_pipe(template: Template, argv: list[str], env: dict[str, str]) -> int:
     boot = BootRecord(
         protocol_version=1,
-        pane="t",
         instance="0123456789abcdef",
         secret=b"worker secret",
         endpoint=f"ipc://{template.workdir}/nobody.ipc",
-        agent="generic",
-        argv=argv,
-        cwd="/",
-        env=env,
-        cols=80,
-        rows=24,
+        launch=PaneLaunch(pane="t", agent="generic", argv=argv, cwd="/", env=env, cols=80, rows=24),
     )
     read_fd, write_fd = os.pipe()
     os.write(write_fd, encode_boot(boot))
@@ -444,16 +438,18 @@ def test_workers_adopt_the_spare_screen_and_each_draws_on_its_own(workdir: Path)
         for name, (word, cols) in panes.items():
             boot = BootRecord(
                 protocol_version=1,
-                pane=name,
                 instance=name * 16,
                 secret=b"worker secret",
                 endpoint=endpoint,
-                agent="generic",
-                argv=["/bin/sh", "-c", f"printf '{word}\\n'; exec sleep 600"],
-                cwd="/",
-                env=_env(),
-                cols=cols,
-                rows=24,
+                launch=PaneLaunch(
+                    pane=name,
+                    agent="generic",
+                    argv=["/bin/sh", "-c", f"printf '{word}\\n'; exec sleep 600"],
+                    cwd="/",
+                    env=_env(),
+                    cols=cols,
+                    rows=24,
+                ),
             )
             read_fd, write_fd = os.pipe()
             os.write(write_fd, encode_boot(boot))

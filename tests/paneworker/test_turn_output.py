@@ -9,7 +9,7 @@ import pytest
 from paneworker.screen.state import ScreenState
 from paneworker.status.screen_rules import RuleSet
 from protocol import PROTOCOL_VERSION
-from protocol.boot import BootRecord
+from protocol.boot import BootRecord, PaneLaunch
 from tests.paneworker.emulators import ALL
 
 pytestmark = pytest.mark.timeout(60)
@@ -20,17 +20,19 @@ ROWS = 8
 def _screen(emulator: str) -> ScreenState:
     boot = BootRecord(
         protocol_version=PROTOCOL_VERSION,
-        pane="t",
         instance="i",
         secret=b"s",
         endpoint="ipc:///nonexistent",
-        agent="generic",
-        argv=["true"],
-        cwd="/",
-        env={},
-        cols=40,
-        rows=ROWS,
-        emulator=emulator,
+        launch=PaneLaunch(
+            pane="t",
+            agent="generic",
+            argv=["true"],
+            cwd="/",
+            env={},
+            cols=40,
+            rows=ROWS,
+            emulator=emulator,
+        ),
     )
     return ScreenState(boot, lambda _msg: None, rules=RuleSet("none", 1, (), "test"))
 

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from protocol import PROTOCOL_VERSION
-from protocol.boot import BootRecord, decode_boot, encode_boot
+from protocol.boot import BootRecord, PaneLaunch, decode_boot, encode_boot
 from protocol.framing import MAX_FRAME_BYTES, Codec, FrameError
 from protocol.messages import (
     AnswerDialog,
@@ -101,16 +101,12 @@ def test_a_supervisor_frame_is_not_a_worker_frame() -> None:
 def test_boot_records_round_trip_and_refuse_garbage() -> None:
     record = BootRecord(
         protocol_version=PROTOCOL_VERSION,
-        pane="p",
         instance="i",
         secret=b"s" * 32,
         endpoint="ipc:///tmp/x",
-        agent="demo",
-        argv=["a"],
-        cwd="/",
-        env={"A": "1"},
-        cols=80,
-        rows=24,
+        launch=PaneLaunch(
+            pane="p", agent="demo", argv=["a"], cwd="/", env={"A": "1"}, cols=80, rows=24
+        ),
     )
     assert decode_boot(encode_boot(record)) == record
     for bad in (b"", b"\xc1", msgspec.msgpack.encode({"pane": "p"}), b"x" * 300_000):

@@ -274,7 +274,8 @@ def test_auto_flags_are_left_alone_for_other_programs(tmp_path: Path) -> None:
 )
 def test_opencode_outside_normal_mode_is_refused(tmp_path: Path, fields: dict[str, Any]) -> None:
     message = refused_one(tmp_path, **fields)
-    assert message.startswith("profiles[0].permission_mode: opencode profiles allow only 'normal'")
+    mode = fields["permission_mode"]
+    assert message.startswith(f"profiles[0].permission_mode: {mode!r} is not allowed for opencode")
 
 
 @pytest.mark.parametrize(

@@ -10,13 +10,8 @@ lives beside them (:mod:`answers`, :mod:`scanner`, :mod:`backlog`).
 
 from __future__ import annotations
 
-from paneworker.screen.emulator.base import (
-    DEFAULT_EMULATOR,
-    EMULATORS,
-    Cell,
-    EmulatorUnavailable,
-    ScreenModel,
-)
+from paneworker.screen.emulator.base import Cell, EmulatorUnavailable, ScreenModel
+from protocol.boot import DEFAULT_EMULATOR, EMULATORS
 
 
 def open_model(kind: str, cols: int, rows: int, history_lines: int) -> ScreenModel:

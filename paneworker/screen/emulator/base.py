@@ -11,9 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-EMULATORS = ("pyte", "ghostty")
-DEFAULT_EMULATOR = "pyte"
-
 
 class EmulatorUnavailable(Exception):
     """The chosen backend cannot run here (its optional package is not installed)."""

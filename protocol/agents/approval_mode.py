@@ -1,4 +1,4 @@
-"""Launch policy for Gemini CLI and Qwen Code: approvals stay on, by the command line.
+"""The approval-mode rule of Gemini CLI and Qwen Code: approvals stay on, by the command line.
 
 Both CLIs (and Qwen's yargs parser in particular) read the approval mode from the
 command line first, then from settings files panewarden does not control (user,
@@ -15,8 +15,9 @@ dialog is refused:
   ``default`` or ``plan``, or with no value;
 - ``--allowed-tools`` (any spelling): the listed tools bypass confirmation.
 
-Pure functions over argument lists; the callers turn findings into their own errors
-(``config_invalid`` at load time, ``forbidden`` for a caller's argv).
+Pure functions over argument lists, used by both kinds' launch rules; the supervisor
+turns findings into its own errors (``config_invalid`` at load time, ``forbidden`` for a
+caller's argv).
 """
 
 from __future__ import annotations
@@ -24,20 +25,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-PINNED_KINDS = frozenset({"gemini", "qwen"})
 SAFE_APPROVAL_MODES = ("default", "plan")
-_CLI_NAMES = ("gemini", "qwen")
 _SHORT_CLUSTER = re.compile(r"-[a-z]+")
-
-
-def names_pinned_cli(argv: Sequence[str]) -> bool:
-    """True when any element mentions gemini or qwen (a wrapper such as ``npx`` too)."""
-    return any(name in arg.casefold() for arg in argv for name in _CLI_NAMES)
-
-
-def needs_pin(agent: str, argv: Sequence[str]) -> bool:
-    """True when the approval rules of this module apply to a launch."""
-    return agent in PINNED_KINDS or names_pinned_cli(argv)
+# Both kinds' rules apply when an argv names either program (they share this rule).
+CLI_NAMES = ("gemini", "qwen")
+REFUSAL = "auto-approval refused for gemini and qwen"
 
 
 def _option(arg: str) -> tuple[str, str | None] | None:
@@ -98,3 +90,8 @@ PIN_MISSING = (
     "(Qwen Code defaults to 'auto', where a model approves tool calls without a dialog, "
     "and settings files may change either CLI's default)"
 )
+
+
+def missing_pin(argv: Sequence[str]) -> str | None:
+    """:data:`PIN_MISSING` unless ``argv`` pins a mode that keeps every dialog."""
+    return None if pins_approval_mode(argv) else PIN_MISSING

@@ -1,0 +1,1 @@
+"""One module per agent kind, each defining ``SPEC``; listed in ``protocol.agents.table``."""

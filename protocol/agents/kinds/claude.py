@@ -1,0 +1,106 @@
+"""Claude Code (npm ``@anthropic-ai/claude-code``): its folder-trust prompt and its
+Bash-command permission dialog, both measured (``tests/captured/claude``; the tool
+dialog reached with a fake model on loopback). Esc declines the trust prompt (trusting is
+rule-creating and refused). It reports its state over OSC 7501 once the pane answers the
+probe. ``reviewer_start`` may choose its model and effort.
+"""
+
+from __future__ import annotations
+
+from protocol.agents.dialog_kit import (
+    ALLOW_ONCE,
+    DENY_ONCE,
+    ESC,
+    DialogPlan,
+    DialogScreen,
+    navigate,
+    norm,
+    numbered_menu,
+    refuse,
+)
+from protocol.agents.spec import NO_LAUNCH_RULES, AgentSpec
+
+_CLAUDE_TRUST_OPTIONS = ("no, exit", "yes, i trust this folder")
+_CLAUDE_TRUST_HINT = "enter to confirm · esc to cancel"
+_CLAUDE_QUESTION = "do you want to proceed?"
+_CLAUDE_TOOL_HINT = "esc to cancel"
+# Only the shell-command dialog is measured (claude-code 2.1.332 against a fake model:
+# tests/captured/claude/permission_*). Edit/create dialogs have other headers: refused.
+_CLAUDE_TOOL_HEADER = "bash command"
+_CLAUDE_HEADER_ROWS = 12
+
+
+def recognise(screen: DialogScreen, answer: str) -> DialogPlan:
+    """Claude Code's folder-trust prompt and its Bash-command permission dialog."""
+    questions = [row for row, line in enumerate(screen.lines) if norm(line) == _CLAUDE_QUESTION]
+    if questions:
+        return _tool_dialog(screen, answer, questions)
+    rows = [row for row, line in enumerate(screen.lines) if line.strip()]
+    texts = [norm(screen.lines[row].strip().removeprefix("❯")) for row in rows]
+    shaped = (
+        len(texts) >= 4
+        and texts[-1] == _CLAUDE_TRUST_HINT
+        and tuple(texts[-3:-1]) == _CLAUDE_TRUST_OPTIONS
+        and "accessing workspace:" in texts
+    )
+    if not shaped:
+        raise refuse(
+            "no Claude Code folder-trust prompt or Bash-command permission dialog is on screen"
+        )
+    if answer == ALLOW_ONCE:
+        raise refuse("trusting a folder is rule-creating and is never selected")
+    top = texts.index("accessing workspace:")
+    # Measured (tests/captured/claude/startup): Esc declines and Claude Code exits.
+    return DialogPlan((ESC,), tuple(texts[top:]))
+
+
+def _tool_dialog(screen: DialogScreen, answer: str, questions: list[int]) -> DialogPlan:
+    """The measured layout (2.1.332)::
+
+    ──────────────
+     Bash command
+     [Tip: …]
+     <description>
+    ╌╌╌╌╌╌╌╌╌╌╌╌╌╌
+     <command>
+    ╌╌╌╌╌╌╌╌╌╌╌╌╌╌
+     Do you want to proceed?
+     ❯ 1. Yes
+       2. Yes, and always allow access to <dir> from this project
+       3. Yes, and switch to auto mode · …
+       4. No
+     Esc to cancel · Tab to amend
+    """
+    lines = screen.lines
+    if len(questions) != 1:
+        raise refuse("more than one Claude Code permission question is on screen")
+    question = questions[0]
+    headers = [
+        row
+        for row in range(max(0, question - _CLAUDE_HEADER_ROWS), question)
+        if norm(lines[row]) == _CLAUDE_TOOL_HEADER and row > 0 and "─" in lines[row - 1]
+    ]
+    if len(headers) != 1:
+        raise refuse("the Claude Code permission dialog is not about a Bash command")
+    menu = numbered_menu(lines, question + 1, _CLAUDE_TOOL_HINT)
+    if menu.labels.count("yes") != 1 or menu.labels.count("no") != 1:
+        raise refuse("the Claude Code dialog does not offer one plain 'Yes' and one 'No'")
+    body = [norm(lines[row]) for row in range(headers[0], question + 1) if lines[row].strip()]
+    fingerprint = (*body, *menu.labels, norm(lines[menu.hint_row]))
+    if answer == DENY_ONCE:
+        # Measured: Esc (the dialog's own "Esc to cancel") rejects the call, the command
+        # does not run and Claude ends the turn ("Interrupted by user").
+        return DialogPlan((ESC,), fingerprint)
+    return DialogPlan(navigate(screen, menu.focus, menu.labels.index("yes")), fingerprint)
+
+
+SPEC = AgentSpec(
+    name="claude",
+    evidence="measured",
+    rules="claude",
+    dialogs=recognise,
+    enter_after_echo=False,
+    launch=NO_LAUNCH_RULES,
+    model_flags=("--model", "--effort"),
+    summary="Claude Code: OSC 7501 status, Bash and folder-trust dialogs, reviewer model flags",
+)

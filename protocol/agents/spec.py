@@ -1,0 +1,72 @@
+"""What panewarden knows of one agent kind, in one value: :class:`AgentSpec`.
+
+Both processes read it: the supervisor its launch rules (what a profile or a caller's
+argv must and must not say) and its reviewer model flags; the worker its screen rules
+file, its dialog recogniser and its prompt-submission policy; the worker template the
+rules it parses before forking. Each kind's spec is one module under
+``protocol.agents.kinds``, listed once in ``protocol.agents.table``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from protocol.agents.dialog_kit import Recogniser
+
+Evidence = Literal["measured", "inferred", "none"]
+
+# The first element of an argument list that the kind refuses, with why; None if none.
+FlagCheck = Callable[[Sequence[str]], "tuple[int, str] | None"]
+# Why an argv lacks what the kind requires of it (a pinned approval mode); None if fine.
+ArgvRequirement = Callable[[Sequence[str]], "str | None"]
+
+
+@dataclass(frozen=True)
+class LaunchRules:
+    """What a launch of the kind must and must not say, checked when the profiles file
+    loads (``config_invalid``) and when a caller picks argv (``forbidden``).
+
+    They apply to every profile of the kind, and to a profile of any kind whose argv
+    names one of ``cli_names`` (a wrapper such as ``npx opencode``), case-insensitively.
+    """
+
+    cli_names: tuple[str, ...] = ()
+    # The subject of a refusal message: "auto-approve flag refused for opencode".
+    refusal: str = ""
+    refused_flag: FlagCheck | None = None
+    required: ArgvRequirement | None = None
+    # Permission modes the kind's adapter was measured in ("normal" only, so far).
+    permission_modes: frozenset[str] = frozenset({"normal"})
+
+    def named_by(self, argv: Sequence[str]) -> bool:
+        """True when an element of ``argv`` names one of the kind's programs."""
+        return any(name in arg.casefold() for arg in argv for name in self.cli_names)
+
+
+NO_LAUNCH_RULES = LaunchRules()
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One agent kind. Every field is explicit in each kind's module: a forgotten one is a
+    load error, not a silent default."""
+
+    name: str
+    # How the screens, dialogs and flags below were learnt: on the real program
+    # ("measured"), from public descriptions ("inferred"), or not at all ("none").
+    evidence: Evidence
+    # The bundled screen-rules file (``paneworker/status/rules/<rules>.json``): status from
+    # the screen and title where the program sends no OSC 7501.
+    rules: str
+    # The permission-dialog recogniser; None: this kind's dialogs are never answered.
+    dialogs: Recogniser | None
+    # True for programs that take an Enter right after a paste as a newline: Enter waits
+    # until the typed text is echoed and the screen is quiet.
+    enter_after_echo: bool
+    launch: LaunchRules
+    # The flags ``reviewer_start`` turns ``model`` and ``effort`` into; None: not offered.
+    model_flags: tuple[str, str] | None
+    # One line for the docs and ``doctor``: what the kind is and what was measured.
+    summary: str

@@ -1,0 +1,237 @@
+"""send_input: a prompt is reported sent only once the program took it.
+
+Prompt delivery runs in the request handler against scripted line-editing agents on a
+real PTY (``scripted_pane``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import select
+import struct
+import termios
+import time
+from collections.abc import Callable
+
+import pytest
+
+from paneworker.requests.prompt_delivery import SUBMIT_ACK_TIMEOUT_S
+from protocol.messages import Failed, Ok, WriteInput
+from tests.paneworker.scripted_pane import (
+    ScriptedPane,
+)
+
+# -- 5. send_input: a prompt is reported sent only once the program took it -------------
+
+# A line-editing agent. Its first "frame" argument is its mode: "echo" echoes keys and
+# answers each Enter; "paste" does the same with bracketed paste on; "report" also
+# reports OSC 7501 working on Enter; "ignore" echoes but never takes Enter; "late" shows
+# the line only when Enter comes and never takes it; "exit" exits on Enter; "asks" reports
+# a permission dialog as soon as a typed line ends with "!" (before any Enter).
+LINE_AGENT = r"""
+import json, os, sys, tty
+log_path, frames_path = sys.argv[1], sys.argv[2]
+with open(frames_path, encoding="utf-8") as f:
+    mode = json.load(f)[0]
+tty.setraw(0)
+if mode == "paste":
+    os.write(1, b"\x1b[?2004h")
+os.write(1, b"> ")
+line = b""
+with open(log_path, "ab", buffering=0) as log:
+    while True:
+        data = os.read(0, 4096)
+        if not data:
+            break
+        log.write(data)
+        if b"<end-of-test>" in data:
+            continue
+        for key in data.replace(b"\x1b[200~", b"").replace(b"\x1b[201~", b""):
+            if key != 13:
+                line += bytes([key])
+                if mode not in ("late",):
+                    os.write(1, bytes([key]))
+                if mode == "asks" and line.endswith(b"!"):
+                    os.write(1, b"\r\nAllow it?\x1b]7501;state=blocked:kind=permission\x1b\\")
+            elif mode == "exit":
+                sys.exit(0)
+            elif mode == "late":
+                os.write(1, line)
+            elif mode != "ignore":
+                if mode in ("report", "instant"):
+                    os.write(1, b"\x1b]7501;state=working\x1b\\")
+                os.write(1, b"\r\nok: " + line + b"\r\n> ")
+                if mode == "instant":
+                    os.write(1, b"\x1b]7501;state=idle\x1b\\")
+                line = b""
+"""
+
+
+def submit(pane: ScriptedPane, text: str, rid: int = 50) -> Ok | Failed:
+    pane.pump_until(lambda: pane.shows(">"))
+    pane.requests.handle(WriteInput(rid=rid, text=text))
+    return pane.wait_reply(rid)
+
+
+@pytest.mark.parametrize("mode", ["echo", "report", "exit"])
+def test_a_taken_prompt_is_acknowledged(scripted: Callable[..., ScriptedPane], mode: str) -> None:
+    pane = scripted("generic", [mode], LINE_AGENT)
+    reply = submit(pane, "hello there")
+    assert isinstance(reply, Ok), reply
+    if mode == "report":
+        assert reply.turn == 1
+    if mode != "exit":
+        assert pane.typed() == b"hello there\r"
+
+
+def test_the_send_input_cursor_is_before_every_status_of_the_turn_it_started(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """An instant program settles its turn before the prompt is acknowledged: the reply's
+    seq still lies before that turn's working and done, so a wait after it sees them."""
+    pane = scripted("generic", ["instant"], LINE_AGENT)
+    pane.pump_until(lambda: pane.shows(">"))
+    before = pane.screen.status.seq
+    pane.requests.handle(WriteInput(rid=21, text="quick"))
+    pane.pump_until(lambda: pane.screen.status.state == "done")
+    reply = pane.wait_reply(21)
+    assert isinstance(reply, Ok), reply
+    assert reply.seq == before
+    assert pane.screen.status.seq > before + 1  # working, then done, both after the cursor
+
+
+def test_prompts_sent_at_once_are_typed_one_after_the_other(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """A second prompt never interleaves its text with the first one's Enter."""
+    pane = scripted("generic", ["echo"], LINE_AGENT)
+    pane.pump_until(lambda: pane.shows(">"))
+    pane.requests.handle(WriteInput(rid=31, text="first"))
+    pane.requests.handle(WriteInput(rid=32, text="second"))
+    assert isinstance(pane.wait_reply(31), Ok)
+    assert isinstance(pane.wait_reply(32), Ok)
+    assert pane.typed() == b"first\rsecond\r"
+
+
+def _pending_bytes(fd: int) -> int:
+    """Bytes the PTY holds for the reader (FIONREAD)."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+def test_enter_is_not_pressed_into_a_dialog_reported_after_the_text(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """The program asks for permission while the text sits typed: the report is still
+    unread when Enter is due. Enter would answer the dialog; it must not be pressed."""
+    pane = scripted("generic", ["asks"], LINE_AGENT)
+    pane.pump_until(lambda: pane.shows(">"))
+    pane.clock.freeze()
+    pane.requests.handle(WriteInput(rid=41, text="go!"))
+    assert pane.program is not None
+    # Wait (bounded) until the program wrote its whole report, without reading it:
+    # the PTY says how many bytes it holds (readable alone was only the first echo).
+    written = len(b"go!" + b"\r\nAllow it?\x1b]7501;state=blocked:kind=permission\x1b\\")
+    deadline = time.monotonic() + 5
+    while _pending_bytes(pane.program.fd) < written:
+        assert time.monotonic() < deadline, _pending_bytes(pane.program.fd)
+        select.select([], [], [], 0.005)
+    pane.clock.now += 1.0  # Enter is due
+    pane.requests.run_due(pane.clock())
+    reply = pane.reply(41)
+    assert isinstance(reply, Failed) and reply.code == "delivery_ambiguous", reply
+    pane.clock.frozen = False
+    assert pane.typed() == b"go!"
+
+
+def test_bracketed_paste_is_used_when_the_program_asked_for_it(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    pane = scripted("generic", ["paste"], LINE_AGENT)
+    pane.pump_until(lambda: pane.screen.terminal.bracketed_paste)
+    assert isinstance(submit(pane, "two\nlines"), Ok)
+    assert pane.typed() == b"\x1b[200~two\rlines\x1b[201~\r"
+
+
+# Gemini CLI 0.61.0's paste guard, scaled: an Enter handled within GUARD seconds of a
+# bracketed paste is a newline in the prompt, not a submission.
+PASTE_GUARD_AGENT = r"""
+import json, os, sys, time, tty
+log_path, frames_path = sys.argv[1], sys.argv[2]
+with open(frames_path, encoding="utf-8") as f:
+    GUARD = float(json.load(f)[0])
+tty.setraw(0)
+os.write(1, b"\x1b[?2004h> ")
+line, pasted_at = b"", 0.0
+with open(log_path, "ab", buffering=0) as log:
+    while True:
+        data = os.read(0, 4096)
+        if not data:
+            break
+        log.write(data)
+        if b"<end-of-test>" in data:
+            continue
+        if b"\x1b[200~" in data:
+            text = data.split(b"\x1b[200~", 1)[1].split(b"\x1b[201~", 1)[0]
+            line += text
+            os.write(1, text)
+            pasted_at = time.monotonic()
+            data = data.split(b"\x1b[201~", 1)[1]
+        if b"\r" in data:
+            if time.monotonic() - pasted_at < GUARD:
+                line += b"\n"
+                os.write(1, b"\r\n  ")
+            else:
+                os.write(1, b"\x1b]7501;state=working\x1b\\")
+                os.write(1, b"\r\nok: " + line.replace(b"\n", b" ") + b"\r\n> ")
+                line = b""
+"""
+
+
+def test_an_agent_with_a_paste_guard_gets_enter_only_after_the_echo(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """Gemini CLI and Qwen Code panes: Enter waits until the pasted text was drawn and the
+    program went quiet, so it submits instead of adding a newline (with the usual 50 ms it
+    came inside Gemini's guard and the prompt stayed in its input box)."""
+    pane = scripted("gemini", ["0.12"], PASTE_GUARD_AGENT)
+    pane.pump_until(lambda: pane.screen.terminal.bracketed_paste and pane.shows(">"))
+    reply = submit(pane, "hello there")
+    assert isinstance(reply, Ok), reply
+    assert reply.turn == pane.screen.status.turn == 1
+    pane.pump_until(lambda: pane.shows("ok: hello there"))
+    assert pane.typed() == b"\x1b[200~hello there\x1b[201~\r"
+
+
+def test_a_newline_instead_of_a_submission_is_never_reported_sent(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """Enter became a newline (the program was too busy): the cursor left the typed text's
+    row, which for other agents counts as taken; for these it is delivery_ambiguous."""
+    pane = scripted("gemini", ["60"], PASTE_GUARD_AGENT)
+    pane.pump_until(lambda: pane.screen.terminal.bracketed_paste and pane.shows(">"))
+    pane.requests.handle(WriteInput(rid=41, text="hello there"))
+    pane.pump_until(lambda: pane.unseen().endswith(b"\r"))
+    pane.clock.freeze()
+    pane.clock.now += SUBMIT_ACK_TIMEOUT_S + 1
+    reply = pane.wait_reply(41)
+    assert isinstance(reply, Failed) and reply.code == "delivery_ambiguous", reply
+    pane.clock.frozen = False
+    assert not pane.shows("ok:") and pane.screen.status.turn == 0
+
+
+@pytest.mark.parametrize("mode", ["ignore", "late"])
+def test_a_prompt_left_in_the_input_line_is_delivery_ambiguous(
+    scripted: Callable[..., ScriptedPane], mode: str
+) -> None:
+    """Enter swallowed, or the text drawn only after Enter: never reported as sent."""
+    pane = scripted("generic", [mode], LINE_AGENT)
+    pane.pump_until(lambda: pane.shows(">"))
+    pane.requests.handle(WriteInput(rid=9, text="hello there"))
+    pane.pump_until(lambda: pane.unseen().endswith(b"\r") and pane.shows("hello there"))
+    assert pane.reply(9) is None
+    pane.clock.frozen = True
+    pane.clock.now = time.monotonic() + SUBMIT_ACK_TIMEOUT_S + 1
+    reply = pane.wait_reply(9)
+    assert isinstance(reply, Failed) and reply.code == "delivery_ambiguous", reply
+    pane.clock.frozen = False
+    assert pane.typed() == b"hello there\r"
