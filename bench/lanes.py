@@ -24,7 +24,7 @@ from bench.core import Figure, Options
 from supervisor.lanes import sandbox
 from supervisor.lanes.git import Git
 from supervisor.lanes.worktree_digest import worktree_digest
-from supervisor.panes.subprocesses import ManagedChildren
+from supervisor.workers.subprocesses import ManagedChildren
 
 GIT_ENV = {
     "PATH": os.environ.get("PATH", "/usr/bin:/bin"),

@@ -18,6 +18,10 @@ AgentState = Literal["unknown", "idle", "working", "blocked", "done", "error", "
 BlockedKind = Literal["permission", "question", "auth"]
 StatusSource = Literal["osc7501", "title", "screen", "none"]
 DialogAnswer = Literal["allow_once", "deny_once"]
+# How a turn's output was cut from the screen: from the mark the worker set when the
+# prompt was typed ("turn"), or, with no usable mark, the newest lines ("newest": they
+# may hold earlier turns' text too).
+OutputCut = Literal["turn", "newest"]
 
 
 class _Msg(msgspec.Struct, tag_field="op"):
@@ -52,7 +56,8 @@ class Introduce(_Msg, tag="introduce"):
 
 
 class Heartbeat(_Msg, tag="heartbeat"):
-    """Liveness beacon; sent by both sides every second."""
+    """Liveness beacon, both ways, every heartbeat period (``protocol.timing``: 5 s by
+    default, shorter when the operator shortens the heartbeat loss period)."""
 
     sent_at: float = 0.0
 
@@ -79,7 +84,8 @@ class ReadScreen(_Msg, tag="read_screen"):
 
     With ``since_input`` (the cursor a ``WriteInput`` reply returned), only what the
     screen changed since that input was typed: the output of the turn it started; the
-    newest lines (scrollback included) when the worker has no usable mark of it.
+    newest lines (scrollback included) when the worker has no usable mark of it, which
+    the reply says (``cut``).
     With ``quiet_s``, read once the program wrote nothing for that long (at most
     ``READ_QUIET_MAX_S`` later): some CLIs report a settle before they draw its last lines.
     """
@@ -184,6 +190,8 @@ class ScreenText(_Msg, tag="screen_text"):
     seq: int
     turn: int
     state: AgentState
+    # Set for a read with ``since_input``: how the turn's output was cut.
+    cut: OutputCut | None = None
 
 
 class Closed(_Msg, tag="closed"):
@@ -195,7 +203,8 @@ class Closed(_Msg, tag="closed"):
 
 
 class Status(_Msg, tag="status"):
-    """Pushed on every recorded status change (and once after Hello)."""
+    """Pushed on every recorded status change. The status at start (and the history, for
+    a supervisor that restarted) travels in ``Hello`` instead."""
 
     status: PaneStatusFields
 

@@ -1,43 +1,30 @@
-"""Small readers of Linux ``/proc`` facts the supervisor needs about processes."""
+"""Small readers of Linux ``/proc`` facts the supervisor needs about processes (the
+``stat`` line itself is read by ``protocol.procstat``, for both processes)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-
-def _stat_fields(pid: int | str) -> list[str] | None:
-    """Fields of ``/proc/PID/stat`` after the command name (field 3 onwards)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
-    except OSError:
-        return None
-    # The command name may contain spaces and parentheses: split after the last ")".
-    return stat[stat.rfind(")") + 2 :].split()
+from protocol.procstat import read_stat
 
 
 def process_start_ticks(pid: int) -> int | None:
     """A process's start time in clock ticks (field 22), or None if it is gone."""
-    fields = _stat_fields(pid)
-    try:
-        return int(fields[19]) if fields else None
-    except (IndexError, ValueError):
-        return None
+    stat = read_stat(pid)
+    return stat.start_time if stat is not None else None
 
 
 def process_parent_and_start(pid: int) -> tuple[int, int] | None:
     """A process's parent pid (field 4) and start time in clock ticks (field 22), read
     from one ``stat`` read, or None if it is gone."""
-    fields = _stat_fields(pid)
-    try:
-        return (int(fields[1]), int(fields[19])) if fields else None
-    except (IndexError, ValueError):
-        return None
+    stat = read_stat(pid)
+    return (stat.ppid, stat.start_time) if stat is not None else None
 
 
 def is_zombie(pid: int) -> bool:
     """True when ``pid`` exists and has exited but was not reaped yet."""
-    fields = _stat_fields(pid)
-    return bool(fields) and fields[0] == "Z"  # type: ignore[index]
+    stat = read_stat(pid)
+    return stat is not None and stat.state == "Z"
 
 
 def own_children() -> list[int]:

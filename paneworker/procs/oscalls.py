@@ -16,50 +16,15 @@ import functools
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import cast
+
+from protocol.procstat import ProcStat, parse_stat
 
 PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
 
 PROC = "/proc"
-
-
-@dataclass(frozen=True, slots=True)
-class ProcStat:
-    """The fields of ``/proc/PID/stat`` the reaper needs."""
-
-    pid: int
-    comm: str
-    state: str
-    ppid: int
-    pgrp: int
-    session: int
-    # Clock ticks since boot (field 22): with the pid, identifies one process for life.
-    start_time: int
-
-
-def parse_stat(pid: int, text: str) -> ProcStat:
-    """Parse the text of ``/proc/PID/stat``.
-
-    Raises:
-        ValueError: the text is not a stat line.
-    """
-    # comm is free text (spaces, parentheses), so split only after its last ")".
-    open_at = text.index("(")
-    close_at = text.rindex(")")
-    rest = text[close_at + 1 :].split()
-    # rest[0] is field 3 (state), so field N is rest[N - 3].
-    return ProcStat(
-        pid=pid,
-        comm=text[open_at + 1 : close_at],
-        state=rest[0],
-        ppid=int(rest[1]),
-        pgrp=int(rest[2]),
-        session=int(rest[3]),
-        start_time=int(rest[19]),
-    )
 
 
 @functools.cache

@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from paneworker.procs.oscalls import OsCalls, ProcStat
+from paneworker.procs.oscalls import OsCalls
+from protocol.procstat import ProcStat
 from protocol.timing import KILL_GRACE_S
 
 _log = logging.getLogger(__name__)

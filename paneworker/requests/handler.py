@@ -37,6 +37,7 @@ from protocol.messages import (
     Heartbeat,
     Interrupt,
     Introduce,
+    OutputCut,
     Ping,
     ReadScreen,
     Resize,
@@ -170,8 +171,10 @@ class RequestHandler:
                 f"the pane's seq is {status.seq}, not {msg.expected_seq}; nothing was read",
             )
         text = None
+        cut: OutputCut | None = None
         if msg.since_input is not None:
             text = screen.turn_text(msg.since_input, msg.lines)
+            cut = "turn" if text is not None else "newest"
         if text is None:
             text = screen.text(msg.lines, msg.scrollback or msg.since_input is not None)
         self.io.send(
@@ -184,6 +187,7 @@ class RequestHandler:
                 seq=status.seq,
                 turn=status.turn,
                 state=status.state,
+                cut=cut,
             )
         )
 

@@ -27,13 +27,13 @@ from protocol.messages import (
     PaneStatusFields,
     StatusSource,
 )
+from protocol.status import ENDED_LIFECYCLES, SETTLED_STATES, state_after_death
 from protocol.timing import STATUS_HISTORY_RECORDS
 
 # States a program may report, mapped to the pane's agent state.
 REPORTED_STATES: frozenset[str] = frozenset(
     {"idle", "working", "done", "blocked", "error", "clear", "unknown"}
 )
-SETTLED_STATES: frozenset[str] = frozenset({"idle", "done", "blocked", "error", "cancelled"})
 _TURN_ENDING: frozenset[str] = frozenset({"done", "error", "cancelled"})
 
 
@@ -73,7 +73,7 @@ class StatusMachine:
     @property
     def settled(self) -> bool:
         """True when a client waiting for the turn may act (docs/design.md §4 'Settled')."""
-        return self.lifecycle in ("exited", "lost") or self.state in SETTLED_STATES
+        return self.lifecycle in ENDED_LIFECYCLES or self.state in SETTLED_STATES
 
     def set_lifecycle(self, lifecycle: Lifecycle, exit_code: int | None = None) -> bool:
         """Record a lifecycle change; returns True when it changed the record."""
@@ -81,10 +81,11 @@ class StatusMachine:
             return False
         self.lifecycle = lifecycle
         self.exit_code = exit_code
-        if lifecycle in ("exited", "lost") and self.state in ("working", "blocked"):
-            # A dead program is neither working nor waiting on a dialog any more.
-            self.state, self.kind = "unknown", None
-            self._in_turn = False
+        if lifecycle in ENDED_LIFECYCLES:
+            state, kind = state_after_death(self.state, self.kind)
+            if (state, kind) != (self.state, self.kind):
+                self.state, self.kind = state, kind
+                self._in_turn = False
         self._recorded()
         return True
 

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from protocol.safe_files import FileReadError, read_regular_file
-from supervisor.control.ctl_wire import (
+from supervisor.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from supervisor.front.ctl.wire import (
     CTL_SOCKET_VARIABLE,
     MAX_REQUEST_BYTES,
     MAX_RESPONSE_BYTES,
 )
-from supervisor.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 DEFAULT_TIMEOUT_S = 60.0
 MAX_TIMEOUT_S = 3600.0

@@ -16,8 +16,8 @@ import sys
 from supervisor.config import ServiceConfig
 from supervisor.exit_codes import EXIT_FAILED, EXIT_OK
 from supervisor.lanes.sandbox import probe_blocking
-from supervisor.panes.orphans import become_subreaper
 from supervisor.store.statedir import runtime_socket_path
+from supervisor.workers.orphans import become_subreaper
 
 # Checks whose failure only disables a feature (the sandbox: verification recipes).
 OPTIONAL_CHECKS = frozenset({"sandbox"})

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return ctl_command(args, config.environ, config.state_dir)
     if args.command == "stdio-proxy":
-        from supervisor.front.stdio_proxy import stdio_proxy_command
+        from supervisor.front.transports.stdio_proxy import stdio_proxy_command
 
         return stdio_proxy_command(config)
     from supervisor.cli.doctor import doctor_command

@@ -17,10 +17,10 @@ def serve_command(args: argparse.Namespace, config: ServiceConfig) -> int:
     """Run ``serve`` with the parsed CLI arguments; returns the exit status."""
     try:
         if args.http:
-            from supervisor.front.http import serve_http_command
+            from supervisor.front.transports.http import serve_http_command
 
             return serve_http_command(args, config)
-        from supervisor.front.stdio import run_stdio
+        from supervisor.front.transports.stdio import run_stdio
 
         run_stdio(config, args.keep_panes)
     except PanewardenError as exc:

@@ -19,7 +19,11 @@ from mcp.types import TextContent
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.config import ServiceConfig
 from supervisor.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from supervisor.front.http_client import connection_failure, read_service_url, service_client
+from supervisor.front.transports.http_client import (
+    connection_failure,
+    read_service_url,
+    service_client,
+)
 
 CALL_TIMEOUT_S = 15.0
 COLUMNS = ("name", "lifecycle", "state", "turn", "seq", "agent", "pid", "worker_pid", "cwd")

@@ -35,6 +35,18 @@ MIN_TTL_S = 60
 ATTESTED_PREFIX = "pane:"
 
 
+def pane_identity(name: str, instance: str) -> str:
+    """``pane:<name>:<instance>``: the identity of a caller attested in that pane."""
+    return f"{ATTESTED_PREFIX}{name}:{instance}"
+
+
+def pane_of_identity(identity: str) -> str | None:
+    """The pane name a ``pane:<name>:<instance>`` identity is, if it is one."""
+    if not identity.startswith(ATTESTED_PREFIX):
+        return None
+    return identity[len(ATTESTED_PREFIX) :].split(":", 1)[0]
+
+
 @dataclass(frozen=True)
 class Creds:
     """What a caller presents for a mutation: the lease and its fence token."""

@@ -8,9 +8,9 @@ from typing import Any
 from supervisor.config import ServiceConfig
 from supervisor.control.context import ControlContext
 from supervisor.control.controllers import ControllerAuthority
-from supervisor.control.handoffs import Handoffs
 from supervisor.control.inventory import LeaseInventory
 from supervisor.control.pane_leases import PaneLeases
+from supervisor.control.receipts import Handoffs
 from supervisor.control.stores import ControlStores
 from supervisor.panes.service import PaneService
 

@@ -1,7 +1,7 @@
 """The MCP server: every tool group registered on the SDK's ``MCPServer``.
 
 ``build_server`` is the factory (no module-level server): it turns each group's
-``ToolSpec`` list into SDK tools (see :mod:`supervisor.front.tooling`) and adds two
+``ToolSpec`` list into SDK tools (see :mod:`supervisor.front.tools.tooling`) and adds two
 middlewares: a call to an unknown tool gets the JSON error object, and ``tools/list``
 shows each caller only the tools its scopes and tool groups allow.
 """
@@ -11,12 +11,12 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 
 from supervisor.auth.access import Access
-from supervisor.front.coordination_tools import coordination_tool_specs
-from supervisor.front.lane_tools import lane_tool_specs
-from supervisor.front.pane_tools import pane_tool_specs
 from supervisor.front.runtime import Services
-from supervisor.front.tooling import make_tool, tool_list_filter, unknown_tool_guard
-from supervisor.front.writer_tools import writer_tool_specs
+from supervisor.front.tools.coordination_tools import coordination_tool_specs
+from supervisor.front.tools.lane_tools import lane_tool_specs
+from supervisor.front.tools.pane_tools import pane_tool_specs
+from supervisor.front.tools.tooling import make_tool, tool_list_filter, unknown_tool_guard
+from supervisor.front.tools.writer_tools import writer_tool_specs
 from supervisor.version import __version__
 
 INSTRUCTIONS = (

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 from protocol.errors import PanewardenError
 from supervisor.config import ServiceConfig
-from supervisor.control.attestation import Attestor
-from supervisor.control.ctl_socket import AuditCall, CtlServer
-from supervisor.control.ctl_wire import CTL_SOCKET_NAME, CTL_SOCKET_VARIABLE
 from supervisor.control.service import ControlService
-from supervisor.front.ctl_commands import ctl_commands
+from supervisor.front.ctl.attestation import Attestor
+from supervisor.front.ctl.commands import ctl_commands
+from supervisor.front.ctl.server import AuditCall, CtlServer
+from supervisor.front.ctl.wire import CTL_SOCKET_NAME, CTL_SOCKET_VARIABLE
 from supervisor.lanes.service import LaneService
 from supervisor.panes.service import PaneService, demo_argv
 from supervisor.profiles.policy import ProfileSet, load_profiles

@@ -10,9 +10,8 @@ durable checkpoint).
 from __future__ import annotations
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.control.attestation import pane_of_identity
 from supervisor.control.context import ControlContext
-from supervisor.control.controllers import Credentials
+from supervisor.control.controllers import Credentials, pane_of_identity
 from supervisor.control.fences import new_id
 from supervisor.control.records import RECORD_VERSION, PaneLease
 from supervisor.lanes.closing import begin_close, check_closable, finish_close

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.panes.subprocesses import ChildResult, ChildRunner
+from supervisor.workers.subprocesses import ChildResult, ChildRunner
 
 GIT_TIMEOUT_S = 30.0
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"

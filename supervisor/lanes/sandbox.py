@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from supervisor.panes.subprocesses import ChildRunner
+from supervisor.workers.subprocesses import ChildRunner
 
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SANDBOX_HOME = "/tmp/home"

@@ -40,7 +40,7 @@ from supervisor.lanes.closing import BUSY_STATES
 from supervisor.lanes.git import Git
 from supervisor.lanes.recipes import Recipe, recipe_at_base, recipe_writable
 from supervisor.lanes.worktree_digest import worktree_digest
-from supervisor.panes.subprocesses import ChildRunner
+from supervisor.workers.subprocesses import ChildRunner
 
 VERIFIABLE = frozenset({"active", "released"})
 

@@ -32,7 +32,7 @@ from protocol.messages import (
 from supervisor.panes.input_text import check_input_text
 from supervisor.panes.pane import Pane, wait_for_status
 from supervisor.panes.registry import PaneRegistry
-from supervisor.panes.workers import Reply, WorkerManager
+from supervisor.workers.manager import Reply, WorkerManager
 
 RPC_TIMEOUT_S = 15.0
 

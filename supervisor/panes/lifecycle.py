@@ -22,14 +22,14 @@ from protocol.messages import Close, Closed, Failed
 from protocol.names import NAME_RULE, is_valid_name
 from protocol.timing import KILL_GRACE_S
 from supervisor.config import ServiceConfig
-from supervisor.panes import orphans
 from supervisor.panes.driving import error_code, refuse_leased
 from supervisor.panes.pane import LeaseTag, Pane
 from supervisor.panes.records import RECORD_VERSION, PaneRecord, PaneRecords
 from supervisor.panes.registry import ADOPTION_WAIT_S, PaneRegistry
-from supervisor.panes.workers import WorkerHandle, WorkerManager
 from supervisor.procfs import process_start_ticks
 from supervisor.profiles.policy import ProfileSet, WatchdogConfig
+from supervisor.workers import orphans
+from supervisor.workers.manager import WorkerHandle, WorkerManager
 
 log = logging.getLogger(__name__)
 

@@ -16,20 +16,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass, field
 from typing import Literal
 
 from protocol.messages import PaneStatusFields
+from protocol.status import has_ended, state_after_death
 from protocol.timing import STATUS_HISTORY_RECORDS
-from supervisor.panes.workers import WorkerHandle
 from supervisor.profiles.policy import WatchdogConfig
-
-SETTLED: frozenset[str] = frozenset(
-    {"idle", "done", "blocked", "error", "cancelled", "exited", "lost"}
-)
-TERMINAL_LIFECYCLES: frozenset[str] = frozenset({"exited", "lost"})
-
+from supervisor.workers.manager import WorkerHandle
 
 PaneLeaseType = Literal["reviewer", "writer", "adopted"]
 
@@ -95,12 +90,12 @@ class Pane:
         """The worker died: record lifecycle ``lost`` (a dead program is neither working
         nor waiting on a dialog any more)."""
         old = self.status
-        gone = old.state in ("working", "blocked")
+        state, kind = state_after_death(old.state, old.kind)
         self._record(
             PaneStatusFields(
                 lifecycle="lost",
-                state="unknown" if gone else old.state,
-                kind=None if gone else old.kind,
+                state=state,
+                kind=kind,
                 turn=old.turn,
                 seq=old.seq + 1,
                 source=old.source,
@@ -122,43 +117,53 @@ class Pane:
         event, self.changed = self.changed, asyncio.Event()
         event.set()
 
-    def find(self, until: Collection[str], after_seq: int | None) -> PaneStatusFields | None:
-        """The first record after ``after_seq`` matching ``until`` (or a terminal one)."""
-        if after_seq is None:
-            return self.status if _matches(self.status, until) else None
+    def next_after(self, seq: int) -> PaneStatusFields | None:
+        """The first record after ``seq`` still known (history, else the latest), or None."""
         for record in self.history:
-            if record.seq > after_seq and _matches(record, until):
+            if record.seq > seq:
                 return record
-        if self.status.seq > after_seq and _matches(self.status, until):
-            return self.status
-        return None
+        return self.status if self.status.seq > seq else None
+
+    async def history_after(self, seq: int, deadline: float) -> AsyncIterator[PaneStatusFields]:
+        """Every record after ``seq``, oldest first, each as soon as it is recorded, until
+        ``deadline`` (monotonic) passes or the pane leaves the registry.
+
+        The one way to wait on a pane's history: status waits and the receipts' turn waits
+        all read it, so a quick ``working → done → working`` never hides the ``done``.
+        """
+        while True:
+            record = self.next_after(seq)
+            if record is not None:
+                seq = record.seq
+                yield record
+                continue
+            if self.removed:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(self.changed.wait(), remaining)
+            except TimeoutError:
+                return
 
 
 def _matches(status: PaneStatusFields, until: Collection[str]) -> bool:
     # A pane whose program or worker is gone will never reach another state.
-    return (
-        status.state in until
-        or status.lifecycle in until
-        or status.lifecycle in TERMINAL_LIFECYCLES
-    )
+    return status.state in until or status.lifecycle in until or has_ended(status)
 
 
 async def wait_for_status(
     pane: Pane, until: Collection[str], after_seq: int | None, timeout_s: float
 ) -> tuple[PaneStatusFields, bool]:
-    """Wait until ``pane`` records a matching status; returns (status, timed_out)."""
+    """Wait until ``pane`` records a matching status after ``after_seq`` (without one: the
+    latest status, or any later one); returns (status, timed_out)."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        found = pane.find(until, after_seq)
-        if found is not None:
-            return found, False
-        if pane.removed:
+    if after_seq is None:
+        if _matches(pane.status, until):
             return pane.status, False
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return pane.status, True
-        event = pane.changed
-        try:
-            await asyncio.wait_for(event.wait(), remaining)
-        except TimeoutError:
-            return pane.status, True
+        after_seq = pane.status.seq
+    async for record in pane.history_after(after_seq, deadline):
+        if _matches(record, until):
+            return record, False
+    return pane.status, not pane.removed

@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import Descendants, Exited, Hello, OutputMatch, Status, ToSupervisor
 from supervisor.panes.pane import Pane
-from supervisor.panes.workers import WorkerHandle
 from supervisor.procfs import process_parent_and_start
+from supervisor.workers.manager import WorkerHandle
 
 log = logging.getLogger(__name__)
 

@@ -19,16 +19,16 @@ from pathlib import Path
 from protocol.template import MAX_SPARE_SCREENS, SpareScreen
 from protocol.timing import heartbeat_period, orphan_after
 from supervisor.config import ServiceConfig
-from supervisor.panes import orphans
 from supervisor.panes.driving import PaneDriver
 from supervisor.panes.lifecycle import PaneLifecycle
 from supervisor.panes.records import PaneRecords
 from supervisor.panes.registry import PaneRegistry
-from supervisor.panes.subprocesses import ManagedChildren
-from supervisor.panes.template import TemplateManager
 from supervisor.panes.watchdog import DEFAULT_PERIOD_S, Watchdog
-from supervisor.panes.workers import WorkerHandle, WorkerManager
 from supervisor.profiles.policy import ProfileSet
+from supervisor.workers import orphans
+from supervisor.workers.manager import WorkerHandle, WorkerManager
+from supervisor.workers.subprocesses import ManagedChildren
+from supervisor.workers.template import TemplateManager
 
 # A backstop only: SIGCHLD and every worker death sweep at once.
 SWEEP_INTERVAL_S = 5.0

@@ -26,8 +26,8 @@ import anyio
 import pytest
 from mcp import Client
 
-from supervisor.control.attestation import PaneAnchor, ProcessKey, match_ancestry
-from supervisor.control.ctl_wire import MAX_REQUEST_BYTES
+from supervisor.front.ctl.attestation import PaneAnchor, ProcessKey, match_ancestry
+from supervisor.front.ctl.wire import MAX_REQUEST_BYTES
 from tests.conftest import REPO, Tools, eventually, stdio_params
 from tests.control.conftest import ALL_SCOPES
 from tests.faults import alive, key_of, start_ticks, supervisor_of

@@ -121,6 +121,7 @@ async def test_collect_returns_that_turn_and_replays_it_until_the_pane_moves_on(
     (item,) = got["completed"]
     assert (item["receipt"], item["status"]["state"], item["status"]["turn"]) == (first, "done", 1)
     assert f"reply: {first_text}" in item["output"]
+    assert item["cut"] == "turn", item
     assert (await receipt(coord.tools, first))["state"] == "completed"
     again = await collect(ctl, first)
     assert again == got, "a second collection of a settled pane must return the same result"
@@ -138,7 +139,7 @@ async def test_collect_returns_that_turn_and_replays_it_until_the_pane_moves_on(
     replay = await collect(ctl, first)
     (old,) = replay["completed"]
     assert old["status"] == item["status"]
-    assert old["output"] is None
+    assert old["output"] is None and old["cut"] is None
     assert later_text not in str(replay)
 
 

@@ -26,8 +26,9 @@ import httpx2
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from protocol.status import ENDED_LIFECYCLES
 from tests.faults import Marks, key_of, survivors
-from tests.faults.soak_ledger import TERMINAL_LIFECYCLES, Instance, Ledger, is_settled
+from tests.faults.soak_ledger import Instance, Ledger, is_settled
 from tests.service.conftest import CALL_TIMEOUT_S, Service, ServiceFactory, call, connect, token_of
 
 POOL = tuple(f"soak-{i}" for i in range(7))
@@ -286,7 +287,7 @@ class SoakClient:
     async def drive(self, inst: Instance) -> None:
         """One step on an owned pane, chosen by what the client knows of it."""
         roll = self.rng.random()
-        if inst.remove_uncertain or inst.lifecycle in TERMINAL_LIFECYCLES:
+        if inst.remove_uncertain or inst.lifecycle in ENDED_LIFECYCLES:
             await self.remove(inst)
         elif not inst.synced:
             await self.resync(inst)

@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.status import ENDED_LIFECYCLES, SETTLED_STATES
 from tests.faults import ProcKey, alive
 
 # Every error code a client may meet in the soak, and why.
@@ -39,13 +40,11 @@ ALLOWED_CODES: frozenset[str] = frozenset(
         "cursor_mismatch",  # expect_turn no longer matched
     }
 )
-SETTLED_STATES: frozenset[str] = frozenset({"idle", "done", "blocked", "error", "cancelled"})
-TERMINAL_LIFECYCLES: frozenset[str] = frozenset({"exited", "lost"})
 
 
 def is_settled(status: dict[str, Any]) -> bool:
     """A status a default ``wait_status`` may return: a settled state or a terminal lifecycle."""
-    return status["state"] in SETTLED_STATES or status["lifecycle"] in TERMINAL_LIFECYCLES
+    return status["state"] in SETTLED_STATES or status["lifecycle"] in ENDED_LIFECYCLES
 
 
 @dataclass

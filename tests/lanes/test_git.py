@@ -14,7 +14,7 @@ import pytest
 from protocol.errors import PanewardenError
 from supervisor.lanes.git import Git
 from supervisor.lanes.worktree_digest import worktree_digest
-from supervisor.panes.subprocesses import ChildResult, ManagedChildren
+from supervisor.workers.subprocesses import ChildResult, ManagedChildren
 from tests.lanes.gitrepo import GIT_ENV, Repo, git, make_repo, status_sha256
 
 pytestmark = pytest.mark.anyio

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from paneworker.requests.prompt_delivery import SUBMIT_ACK_TIMEOUT_S
-from protocol.messages import Failed, Ok, WriteInput
+from protocol.messages import Failed, Ok, ReadScreen, ScreenText, WriteInput
 from tests.paneworker.scripted_pane import (
     ScriptedPane,
 )
@@ -82,6 +82,25 @@ def test_a_taken_prompt_is_acknowledged(scripted: Callable[..., ScriptedPane], m
         assert reply.turn == 1
     if mode != "exit":
         assert pane.typed() == b"hello there\r"
+
+
+def test_a_turns_output_says_how_it_was_cut(scripted: Callable[..., ScriptedPane]) -> None:
+    """From the prompt's mark (``turn``), or, for a cursor the worker has no mark of, the
+    newest lines (``newest``): the caller can tell which it got."""
+    pane = scripted("generic", ["echo"], LINE_AGENT)
+    reply = submit(pane, "first prompt")
+    assert isinstance(reply, Ok), reply
+    pane.pump_until(lambda: pane.shows("ok: first prompt"))
+    for rid, since, cut in ((60, reply.seq, "turn"), (61, reply.seq + 1000, "newest")):
+        pane.requests.handle(ReadScreen(rid=rid, since_input=since))
+        pane.pump_until(lambda rid=rid: any(getattr(m, "rid", None) == rid for m in pane.link.sent))
+        (text,) = [m for m in pane.link.sent if isinstance(m, ScreenText) and m.rid == rid]
+        assert text.cut == cut, text
+        assert "ok: first prompt" in text.text
+    pane.requests.handle(ReadScreen(rid=62))
+    pane.pump_until(lambda: any(getattr(m, "rid", None) == 62 for m in pane.link.sent))
+    (plain,) = [m for m in pane.link.sent if isinstance(m, ScreenText) and m.rid == 62]
+    assert plain.cut is None
 
 
 def test_the_send_input_cursor_is_before_every_status_of_the_turn_it_started(

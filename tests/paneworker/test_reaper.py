@@ -30,8 +30,9 @@ from typing import Any
 import psutil
 import pytest
 
-from paneworker.procs.oscalls import OsCalls, ProcStat, parse_stat
+from paneworker.procs.oscalls import OsCalls
 from paneworker.procs.reaper import ProcKey, Reaper
+from protocol.procstat import ProcStat, parse_stat
 
 REPO = Path(__file__).resolve().parents[2]
 SH = "/bin/sh"

@@ -21,7 +21,11 @@ from supervisor.auth.clients import (
 )
 from supervisor.auth.http_access import HttpGate
 from supervisor.config import load_config
-from supervisor.front.http import loopback_address, parse_allowed_hosts, transport_security
+from supervisor.front.transports.http import (
+    loopback_address,
+    parse_allowed_hosts,
+    transport_security,
+)
 from tests.service.conftest import digest, new_token, write_secret
 
 

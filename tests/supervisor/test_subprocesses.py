@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from protocol.errors import PanewardenError
-from supervisor.panes.subprocesses import ManagedChildren
+from supervisor.workers.subprocesses import ManagedChildren
 from tests.conftest import REPO, eventually
 
 pytestmark = pytest.mark.anyio
@@ -24,8 +24,8 @@ pytestmark = pytest.mark.anyio
 SWEEPING_SUBREAPER = textwrap.dedent(
     """
     import asyncio, json, signal, sys
-    from supervisor.panes import orphans
-    from supervisor.panes.subprocesses import ManagedChildren
+    from supervisor.workers import orphans
+    from supervisor.workers.subprocesses import ManagedChildren
 
     async def main(registered):
         orphans.become_subreaper()

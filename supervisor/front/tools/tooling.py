@@ -25,7 +25,7 @@ from mcp.types import CallToolResult, ListToolsResult, TextContent, ToolAnnotati
 
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.auth.access import Access, Caller, check_group, check_scope, visible
-from supervisor.front.arguments import CLIENT_INJECTED_ARGS, input_schema
+from supervisor.front.tools.arguments import CLIENT_INJECTED_ARGS, input_schema
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +97,15 @@ def _raw_arguments(ctx: Context) -> Any:
 
 
 def make_tool(spec: ToolSpec, access: Access) -> Tool:
-    """The SDK tool that validates, authorises, runs and audits ``spec``."""
+    """The SDK tool that validates, authorises, runs and audits ``spec``.
 
-    async def call(ctx: Context) -> CallToolResult:
+    The SDK derives the output schema from the handler's return annotation (this module
+    has no ``from __future__ import annotations``, so the annotation below is the result
+    type itself); the input schema is the Struct's, set on the tool's public ``parameters``.
+    """
+    result_type = spec.result
+
+    async def call(ctx: Context) -> Annotated[CallToolResult, result_type]:
         caller: Caller | None = None
         pane: str | None = None
         try:
@@ -129,7 +135,6 @@ def make_tool(spec: ToolSpec, access: Access) -> Tool:
             content=[TextContent(type="text", text=text)], structured_content=result
         )
 
-    call.__annotations__ = {"ctx": Context, "return": Annotated[CallToolResult, spec.result]}
     tool = Tool.from_function(
         call,
         name=spec.name,
@@ -143,8 +148,6 @@ def make_tool(spec: ToolSpec, access: Access) -> Tool:
         structured_output=True,
     )
     tool.parameters = input_schema(spec.args)
-    if tool.fn_metadata.output_schema is not None:
-        tool.fn_metadata.output_schema = without_titles(tool.fn_metadata.output_schema)
     return tool
 
 
@@ -208,7 +211,8 @@ def without_titles(schema: Any) -> Any:
 
 def tool_list_filter(specs: list[ToolSpec], access: Access) -> Any:
     """Middleware: ``tools/list`` shows only the tools the caller may call (its scopes and
-    the tool groups the operator gave it), which keeps the list cheap for the model."""
+    the tool groups the operator gave it), and their output schemas without the titles
+    pydantic adds, which keeps the list cheap for the model."""
     allowed = {spec.name: (spec.scope, spec.group) for spec in specs}
 
     async def narrow(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
@@ -228,12 +232,25 @@ def tool_list_filter(specs: list[ToolSpec], access: Access) -> Any:
         # The SDK hands the result on as a model or already as its JSON-ready dict.
         if isinstance(result, ListToolsResult):
             result.tools = [tool for tool in result.tools if shown(tool.name)]
+            for tool in result.tools:
+                if tool.output_schema is not None:
+                    tool.output_schema = without_titles(tool.output_schema)
         elif isinstance(result, dict) and isinstance(result.get("tools"), list):
             result["tools"] = [
-                tool
+                _untitled(tool)
                 for tool in result["tools"]
                 if not isinstance(tool, dict) or shown(tool.get("name"))
             ]
         return result
 
     return narrow
+
+
+def _untitled(tool: Any) -> Any:
+    """A JSON-ready tool of ``tools/list`` with its output schema's titles left out."""
+    if not isinstance(tool, dict):
+        return tool
+    for key in ("outputSchema", "output_schema"):
+        if isinstance(tool.get(key), dict):
+            tool = {**tool, key: without_titles(tool[key])}
+    return tool

@@ -14,8 +14,8 @@ from supervisor.auth.access import SingleClientAccess
 from supervisor.config import ServiceConfig
 from supervisor.front.mcp_server import build_server
 from supervisor.front.runtime import running_service, serve_until_signalled
-from supervisor.front.stdin_relay import StdinRelay
-from supervisor.front.stdio_sessions import new_session_dir, remove_session_dir
+from supervisor.front.transports.stdin_relay import StdinRelay
+from supervisor.front.transports.stdio_sessions import new_session_dir, remove_session_dir
 
 
 async def serve_stdio(config: ServiceConfig, keep_panes: bool) -> None:

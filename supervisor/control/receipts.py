@@ -31,9 +31,9 @@ import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import PaneStatusFields, ReadScreen, ScreenText
-from supervisor.control.attestation import pane_of_identity
+from protocol.status import has_ended, is_settled
 from supervisor.control.context import ControlContext
-from supervisor.control.controllers import Credentials
+from supervisor.control.controllers import Credentials, pane_of_identity
 from supervisor.control.fences import new_id
 from supervisor.control.records import (
     OUTSTANDING_RECEIPTS,
@@ -44,7 +44,7 @@ from supervisor.control.records import (
     SettledStatus,
 )
 from supervisor.panes.input_text import check_input_text
-from supervisor.panes.pane import SETTLED, Pane
+from supervisor.panes.pane import Pane
 
 log = logging.getLogger(__name__)
 
@@ -338,14 +338,14 @@ class Handoffs:
         if settled.lifecycle == "lost":
             return self._fail(receipt, "collect", ErrorCode.WORKER_LOST)
         output = await self._capture(pane, settled.seq, receipt.cursor, lines)
-        digest = None if output is None else hashlib.sha256(output.encode()).hexdigest()
+        digest = None if output is None else hashlib.sha256(output.text.encode()).hexdigest()
         if settled.state != "blocked":
             self._save(receipt, state="completed", result=status_of(settled), capture_sha256=digest)
         return _completed(receipt, settled, output)
 
     async def _capture(
         self, pane: Pane, seq: int, cursor: int | None, lines: int | None
-    ) -> str | None:
+    ) -> ScreenText | None:
         """The output of the receipt's turn (what the screen changed since its prompt was
         typed at ``cursor``), only if the pane is still at ``seq`` (checked in the worker)."""
         count = DEFAULT_CAPTURE_LINES if lines is None else lines
@@ -366,7 +366,7 @@ class Handoffs:
                 return None
             raise
         assert isinstance(reply, ScreenText)
-        return reply.text
+        return reply
 
     async def _replay(self, receipt: Receipt, lines: int | None) -> dict[str, Any]:
         assert receipt.result is not None
@@ -374,12 +374,7 @@ class Handoffs:
         output = None
         if pane is not None and pane.handle.instance == receipt.instance:
             output = await self._capture(pane, receipt.result.seq, receipt.cursor, lines)
-        return {
-            "receipt": receipt.receipt_id,
-            "name": receipt.name,
-            "status": _status_dict(receipt.name, receipt.result),
-            "output": output,
-        }
+        return _completed_item(receipt, receipt.result, output)
 
     def _fail(self, receipt: Receipt, stage: str, code: ErrorCode) -> dict[str, Any]:
         self._save(receipt, state="failed", failure_stage=stage, failure_code=code.value)
@@ -405,7 +400,7 @@ class Handoffs:
             if (
                 pane is not None
                 and pane.handle.instance == receipt.instance
-                and not _settled(pane.status)
+                and not is_settled(pane.status)
             ):
                 raise PanewardenError(
                     ErrorCode.PANE_BUSY,
@@ -417,45 +412,15 @@ class Handoffs:
 # ---------------------------------------------------------------- helpers
 
 
-def _settled(status: PaneStatusFields) -> bool:
-    return status.state in SETTLED or status.lifecycle in SETTLED
-
-
-async def _next_status(pane: Pane, after_seq: int, timeout_s: float) -> PaneStatusFields | None:
-    """The first status after ``after_seq`` (any state), or None on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        for record in pane.history:
-            if record.seq > after_seq:
-                return record
-        if pane.status.seq > after_seq:
-            return pane.status
-        if pane.removed:
-            return None
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return None
-        try:
-            await asyncio.wait_for(pane.changed.wait(), remaining)
-        except TimeoutError:
-            return None
-
-
 async def _turn_start(
     pane: Pane, cursor: int, turn_before: int, timeout_s: float
 ) -> PaneStatusFields | None:
     """The first status after ``cursor`` that opened a turn after ``turn_before``."""
-    deadline = time.monotonic() + timeout_s
-    seq = cursor
-    while (remaining := deadline - time.monotonic()) > 0:
-        status = await _next_status(pane, seq, remaining)
-        if status is None:
-            return None
+    async for status in pane.history_after(cursor, time.monotonic() + timeout_s):
         if status.turn > turn_before:
             return status
-        if status.lifecycle in ("exited", "lost"):
+        if has_ended(status):
             return None
-        seq = status.seq
     return None
 
 
@@ -470,21 +435,15 @@ async def _turn_settle(
         PanewardenError: ``cursor_mismatch`` when a later turn began and the settle of
             this one is no longer in the pane's history.
     """
-    deadline = time.monotonic() + timeout_s
-    seq = cursor
-    while (remaining := deadline - time.monotonic()) > 0:
-        status = await _next_status(pane, seq, remaining)
-        if status is None:
-            return None
-        seq = status.seq
-        if status.lifecycle in ("exited", "lost"):
+    async for status in pane.history_after(cursor, time.monotonic() + timeout_s):
+        if has_ended(status):
             return status
         if status.turn > turn:
             raise PanewardenError(
                 ErrorCode.CURSOR_MISMATCH,
                 "the pane moved to a later turn; this turn's result is no longer known",
             )
-        if status.turn == turn and _settled(status):
+        if status.turn == turn and is_settled(status):
             if status.state == "blocked" and (
                 pane.status.seq > status.seq or status.seq <= pane.answered_seq
             ):
@@ -506,12 +465,22 @@ def _status_dict(name: str, status: SettledStatus) -> dict[str, Any]:
     }
 
 
-def _completed(receipt: Receipt, status: PaneStatusFields, output: str | None) -> dict[str, Any]:
+def _completed(
+    receipt: Receipt, status: PaneStatusFields, output: ScreenText | None
+) -> dict[str, Any]:
+    return _completed_item(receipt, status_of(status), output)
+
+
+def _completed_item(
+    receipt: Receipt, status: SettledStatus, output: ScreenText | None
+) -> dict[str, Any]:
+    """A completed entry: the settled status and the turn's output, saying how it was cut."""
     return {
         "receipt": receipt.receipt_id,
         "name": receipt.name,
-        "status": _status_dict(receipt.name, status_of(status)),
-        "output": output,
+        "status": _status_dict(receipt.name, status),
+        "output": None if output is None else output.text,
+        "cut": None if output is None else output.cut,
     }
 
 

@@ -57,9 +57,9 @@ from protocol.template import (
     receive_packet,
     send_packet,
 )
-from supervisor.panes.worker_env import template_build, worker_env
 from supervisor.procfs import process_start_ticks
 from supervisor.store.records import RecordStore
+from supervisor.workers.worker_env import template_build, worker_env
 
 log = logging.getLogger(__name__)
 

@@ -45,9 +45,9 @@ from protocol.messages import (
     ToWorker,
 )
 from protocol.timing import DEFAULT_HEARTBEAT_LOSS_S, heartbeat_period, orphan_after
-from supervisor.panes.template import TemplateManager, TemplateUnavailable
-from supervisor.panes.worker_env import worker_env
 from supervisor.procfs import process_start_ticks
+from supervisor.workers.template import TemplateManager, TemplateUnavailable
+from supervisor.workers.worker_env import worker_env
 
 log = logging.getLogger(__name__)
 

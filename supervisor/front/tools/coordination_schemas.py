@@ -13,14 +13,14 @@ from typing import Annotated, Literal
 import msgspec
 from typing_extensions import TypedDict
 
-from supervisor.front.arguments import (
+from supervisor.front.tools.arguments import (
     DEFAULT_TIMEOUT_S,
     MAX_TEXT_BYTES,
     Args,
     PaneName,
     Timeout,
 )
-from supervisor.front.pane_schemas import PaneStatusResult
+from supervisor.front.tools.pane_schemas import PaneStatusResult
 
 ControllerId = Annotated[
     str,
@@ -164,6 +164,9 @@ class CompletedItem(TypedDict):
     name: str
     status: PaneStatusResult
     output: str | None
+    # "turn": the output of exactly this turn; "newest": no mark of the turn was left
+    # (the newest lines, earlier turns' text may be among them); null with no output.
+    cut: Literal["turn", "newest"] | None
 
 
 class FailedItem(TypedDict):

@@ -40,9 +40,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.auth.http_access import ClientTokenVerifier, HttpAccess, HttpGate
 from supervisor.config import ServiceConfig
-from supervisor.front.http_client import service_url_path
 from supervisor.front.mcp_server import build_server
 from supervisor.front.runtime import Services, running_service, serve_until_signalled
+from supervisor.front.transports.http_client import service_url_path
 from supervisor.store.statedir import atomic_write, ensure_private_dir
 
 log = logging.getLogger(__name__)

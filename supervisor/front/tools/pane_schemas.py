@@ -1,6 +1,6 @@
 """Arguments and results of the pane tools.
 
-Arguments are strict Structs (see :mod:`supervisor.front.arguments`); results are
+Arguments are strict Structs (see :mod:`supervisor.front.tools.arguments`); results are
 TypedDicts, from which the SDK publishes the output schemas.
 """
 
@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 import msgspec
 from typing_extensions import TypedDict
 
-from supervisor.front.arguments import (
+from supervisor.front.tools.arguments import (
     DEFAULT_TIMEOUT_S,
     MAX_TEXT_BYTES,
     Args,

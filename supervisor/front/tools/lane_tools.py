@@ -9,10 +9,10 @@ from mcp.server.mcpserver import Context
 
 from supervisor.control.records import PaneLease
 from supervisor.control.service import ControlService
-from supervisor.front import coordination_schemas as cs
-from supervisor.front.coordination_tools import creds_of, iso
-from supervisor.front.pane_schemas import EmptyArgs
-from supervisor.front.tooling import ToolSpec, caller_identity
+from supervisor.front.tools import coordination_schemas as cs
+from supervisor.front.tools.coordination_tools import creds_of, iso
+from supervisor.front.tools.pane_schemas import EmptyArgs
+from supervisor.front.tools.tooling import ToolSpec, caller_identity
 from supervisor.lanes.service import LaneService
 from supervisor.version import __version__
 

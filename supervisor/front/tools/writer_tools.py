@@ -8,11 +8,11 @@ from mcp.server.mcpserver import Context
 
 from supervisor.control.records import PaneLease
 from supervisor.control.stores import VerificationRecord
-from supervisor.front import writer_schemas as ws
-from supervisor.front.coordination_tools import creds_of, iso
-from supervisor.front.lane_tools import pane_lease_info
-from supervisor.front.pane_schemas import EmptyArgs
-from supervisor.front.tooling import ToolSpec, caller_identity, with_progress
+from supervisor.front.tools import writer_schemas as ws
+from supervisor.front.tools.coordination_tools import creds_of, iso
+from supervisor.front.tools.lane_tools import pane_lease_info
+from supervisor.front.tools.pane_schemas import EmptyArgs
+from supervisor.front.tools.tooling import ToolSpec, caller_identity, with_progress
 from supervisor.lanes.recipes import DEFAULT_RECIPE_TIMEOUT_S
 from supervisor.lanes.service import LaneService
 from supervisor.lanes.verification import VerifyRequest

@@ -13,14 +13,13 @@ from typing import Annotated, Any
 import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.control.attestation import pane_of_identity
-from supervisor.control.controllers import Attested
-from supervisor.control.ctl_socket import CtlCommand
-from supervisor.control.handoffs import HandoffRequest
+from supervisor.control.controllers import Attested, pane_of_identity
+from supervisor.control.receipts import HandoffRequest
 from supervisor.control.records import OUTSTANDING_RECEIPTS, RETAINED_STATES, ControllerLease
 from supervisor.control.service import ControlService
-from supervisor.front.arguments import DEFAULT_TIMEOUT_S, Args, PaneName, Seq, Timeout
-from supervisor.front.coordination_schemas import (
+from supervisor.front.ctl.server import CtlCommand
+from supervisor.front.tools.arguments import DEFAULT_TIMEOUT_S, Args, PaneName, Seq, Timeout
+from supervisor.front.tools.coordination_schemas import (
     ControllerId,
     HandoffItem,
     Lines,
@@ -30,8 +29,8 @@ from supervisor.front.coordination_schemas import (
     Sha256,
     TtlS,
 )
-from supervisor.front.coordination_tools import controller_lease_info, receipt_info
-from supervisor.front.lane_tools import pane_lease_info
+from supervisor.front.tools.coordination_tools import controller_lease_info, receipt_info
+from supervisor.front.tools.lane_tools import pane_lease_info
 from supervisor.lanes.service import LaneService
 
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]

@@ -13,8 +13,8 @@ from typing import Annotated
 import msgspec
 from typing_extensions import TypedDict
 
-from supervisor.front.arguments import Args, PaneName, Timeout
-from supervisor.front.coordination_schemas import (
+from supervisor.front.tools.arguments import Args, PaneName, Timeout
+from supervisor.front.tools.coordination_schemas import (
     CredsArg,
     PaneLeaseInfo,
     Purpose,

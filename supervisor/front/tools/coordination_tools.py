@@ -15,12 +15,12 @@ from typing import Any
 from mcp.server.mcpserver import Context
 
 from supervisor.control.controllers import Creds, Granted
-from supervisor.control.handoffs import HandoffRequest
+from supervisor.control.receipts import HandoffRequest
 from supervisor.control.records import ControllerLease, Receipt
 from supervisor.control.service import ControlService
-from supervisor.front import coordination_schemas as cs
-from supervisor.front.pane_schemas import EmptyArgs
-from supervisor.front.tooling import ToolSpec, caller_identity, with_progress
+from supervisor.front.tools import coordination_schemas as cs
+from supervisor.front.tools.pane_schemas import EmptyArgs
+from supervisor.front.tools.tooling import ToolSpec, caller_identity, with_progress
 
 
 def iso(ts: float) -> str:

@@ -3,12 +3,12 @@
 An AF_UNIX stream socket (mode 0600) beside the worker socket in the short runtime
 directory; its path is recorded in ``$STATE/run/ctl`` and given to every pane program
 as ``PANEWARDEN_CTL_SOCKET``. One connection carries one exchange (the contract is in
-:mod:`supervisor.control.ctl_wire`):
+:mod:`supervisor.front.ctl.wire`):
 
 - the client sends one request, a JSON object on one line:
   ``{"op": "<command>", "args": {...}}`` (at most ``MAX_REQUEST_BYTES``, within
   ``REQUEST_READ_TIMEOUT_S`` of connecting);
-- the service attests the caller (see :mod:`supervisor.control.attestation`), runs the
+- the service attests the caller (see :mod:`supervisor.front.ctl.attestation`), runs the
   command as that pane's identity, and answers one line: ``{"ok": true, "result":
   {...}}`` or ``{"ok": false, "error": {"code": ..., "message": ...}}``;
 - then it closes the connection. A client that hangs up cancels its command.
@@ -32,8 +32,9 @@ from typing import Any
 import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.control.attestation import boot_ticks_now, pane_of_identity
-from supervisor.control.ctl_wire import (
+from supervisor.control.controllers import pane_of_identity
+from supervisor.front.ctl.attestation import boot_ticks_now
+from supervisor.front.ctl.wire import (
     MAX_REQUEST_BYTES,
     MAX_RESPONSE_BYTES,
     REQUEST_READ_TIMEOUT_S,

@@ -33,7 +33,7 @@ from mcp.types import (
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.config import ServiceConfig
 from supervisor.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from supervisor.front.http_client import connection_failure, service_client
+from supervisor.front.transports.http_client import connection_failure, service_client
 
 log = logging.getLogger(__name__)
 

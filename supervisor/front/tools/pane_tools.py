@@ -7,10 +7,11 @@ from mcp.server.mcpserver import Context
 
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import PaneStatusFields
-from supervisor.front import pane_schemas as ts
-from supervisor.front.tooling import ToolSpec, with_progress
+from protocol.status import SETTLED
+from supervisor.front.tools import pane_schemas as ts
+from supervisor.front.tools.tooling import ToolSpec, with_progress
 from supervisor.panes.driving import WaitTarget
-from supervisor.panes.pane import SETTLED, Pane
+from supervisor.panes.pane import Pane
 from supervisor.panes.service import PaneService
 
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.control.controllers import ATTESTED_PREFIX
+from supervisor.control.controllers import pane_identity
 from supervisor.panes.pane import Pane
 from supervisor.panes.registry import PaneRegistry
 from supervisor.procfs import process_parent_and_start
@@ -66,18 +66,6 @@ class PaneAnchor:
     def identity(self) -> str:
         """The caller identity of processes in this pane."""
         return pane_identity(self.name, self.instance)
-
-
-def pane_identity(name: str, instance: str) -> str:
-    """``pane:<name>:<instance>``: the identity of a caller attested in that pane."""
-    return f"{ATTESTED_PREFIX}{name}:{instance}"
-
-
-def pane_of_identity(identity: str) -> str | None:
-    """The pane name a ``pane:<name>:<instance>`` identity is, if it is one."""
-    if not identity.startswith(ATTESTED_PREFIX):
-        return None
-    return identity[len(ATTESTED_PREFIX) :].split(":", 1)[0]
 
 
 def anchors_of(panes: Iterable[Pane]) -> list[PaneAnchor]:
