@@ -9,12 +9,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
@@ -98,19 +96,3 @@ class Tools:
 async def tools(state_dir: Path) -> AsyncIterator[Tools]:
     async with Client(stdio_params(state_dir)) as client:
         yield Tools(client)
-
-
-async def eventually(predicate: Any, timeout_s: float, interval_s: float = 0.02) -> Any:
-    """Poll ``predicate()`` until it returns something truthy or the deadline passes.
-
-    For state outside the service that offers no event (the process table).
-    Returns the last value, so the caller can assert on it with a useful message.
-    """
-    deadline = time.monotonic() + timeout_s
-    value = predicate()
-    for _ in range(int(timeout_s / interval_s) + 1):
-        if value or time.monotonic() >= deadline:
-            break
-        await anyio.sleep(interval_s)
-        value = predicate()
-    return value

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from tests.conftest import Tools, eventually, stdio_params
+from tests.conftest import Tools, stdio_params
 from tests.control.support import write_profiles
 from tests.faults import Marks, describe, sigkill_all
+from tests.polling import apoll
 from tests.service.conftest import Service, ServiceFactory, connect, digest, new_token
 
 ALL_SCOPES = ["read", "input", "dialog", "lifecycle", "control", "admin"]
@@ -49,7 +50,7 @@ def coordination_env(marks: Marks, **extra: str) -> dict[str, str]:
 
 async def reap(marks: Marks) -> None:
     """Wait (bounded) for every marked process to be gone; kill and name any survivor."""
-    left = await eventually(lambda: not marks.everything(), GONE_WITHIN_S, interval_s=0.2)
+    left = await apoll(lambda: not marks.everything(), GONE_WITHIN_S, interval_s=0.2)
     survivors = marks.everything()
     sigkill_all(survivors)
     assert left or not survivors, f"left behind: {describe(survivors)}"

@@ -18,7 +18,6 @@ import anyio
 import pytest
 
 from supervisor.store.locks import hold_sync
-from tests.conftest import eventually
 from tests.control.conftest import Coord, HttpCoords, stdio_service
 from tests.control.support import (
     AUTHORITY_SHA,
@@ -31,6 +30,7 @@ from tests.control.support import (
     receipt_records,
     record_texts,
 )
+from tests.polling import apoll
 from tests.service.conftest import read_audit
 
 pytestmark = pytest.mark.anyio
@@ -66,10 +66,11 @@ async def listed(tools: Any, controller_id: str) -> dict[str, Any]:
 
 async def until_expired(tools: Any, controller_id: str, timeout_s: float = 30) -> None:
     """Poll ``controller_list`` until the controller's lease reads ``expired``."""
-    deadline = time.monotonic() + timeout_s
-    while (await listed(tools, controller_id))["state"] != "expired":
-        assert time.monotonic() < deadline, f"{controller_id}'s lease never expired"
-        await anyio.sleep(0.1)
+
+    async def expired() -> bool:
+        return bool((await listed(tools, controller_id))["state"] == "expired")
+
+    await apoll(expired, timeout_s, what=f"{controller_id}'s lease to expire", interval_s=0.1)
 
 
 async def test_acquire_returns_generation_one_and_a_second_is_refused(coord: Coord) -> None:
@@ -216,7 +217,7 @@ async def test_fence_is_checked_again_after_waiting_for_the_store_lock(coord: Co
         async with anyio.create_task_group() as group:
             group.start_soon(relay)
             group.start_soon(renew)
-            past = await eventually(lambda: time.time() > ends + 0.5, 30, interval_s=0.05)
+            past = await apoll(lambda: time.time() > ends + 0.5, 30, interval_s=0.05)
             assert past and not outcomes, f"answered while the lock was held: {outcomes}"
             lock.close()  # the calls go on now, with the lease expired
     assert {tool: o["code"] for tool, o in outcomes.items()} == {

@@ -24,7 +24,7 @@ import msgspec
 import pytest
 
 from supervisor.store.statedir import atomic_write
-from tests.conftest import Tools, eventually
+from tests.conftest import Tools
 from tests.control.conftest import HttpCoord, HttpCoords
 from tests.control.support import (
     AUTHORITY_SHA,
@@ -39,6 +39,7 @@ from tests.control.support import (
     send_signal,
 )
 from tests.faults import ProcKey, alive, key_of, seeded_rng
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -211,6 +212,7 @@ async def run_op(op: str, tools: Tools, world: World, delay: float | None) -> fl
     Returns how long the call took (when it finished)."""
     ctl = world.controller(tools)
     name = next(iter(sorted(p for p in await live_reviewers(tools))), None)
+    args: dict[str, Any]
     if op == "acquire":
         await ctl.call(
             "controller_release", checkpoint_ref="crash-test", checkpoint_sha256=CHECKPOINT_SHA
@@ -343,7 +345,7 @@ async def test_a_close_cut_short_after_the_worker_closed_keeps_its_capture(
         args = {"creds": ctl.creds, "lease_id": lease["lease_id"], "expected_seq": idle["seq"]}
         async with anyio.create_task_group() as group:
             group.start_soon(call_or_die_quietly, tools, "reviewer_close", args)
-            captured = await eventually(
+            captured = await apoll(
                 lambda: pane_lease_records(running.state)[lease["lease_id"]].capture_sha256, 20
             )
             assert captured, "the closing lease never recorded its capture"
@@ -355,7 +357,7 @@ async def test_a_close_cut_short_after_the_worker_closed_keeps_its_capture(
     assert record.capture_sha256 == hashlib.sha256(screen["text"].encode()).hexdigest()
     assert record.closed_seq == idle["seq"]
     # The orphaned worker finishes the close (SIGKILL after the grace) and exits.
-    assert await eventually(lambda: not alive(worker), 30), "the worker never finished"
+    assert await apoll(lambda: not alive(worker), 30), "the worker never finished"
     restart(running)
     async with client_of(running) as tools:
         (closed,) = (await tools.call("reviewer_list"))["leases"]

@@ -28,9 +28,10 @@ from mcp import Client
 
 from supervisor.front.ctl.attestation import PaneAnchor, ProcessKey, match_ancestry
 from supervisor.front.ctl.wire import MAX_REQUEST_BYTES
-from tests.conftest import REPO, Tools, eventually, stdio_params
+from tests.conftest import REPO, Tools, stdio_params
 from tests.control.conftest import ALL_SCOPES
 from tests.faults import alive, key_of, start_ticks, supervisor_of
+from tests.polling import apoll
 from tests.service.conftest import ServiceFactory, connect, digest, new_token, read_audit
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
@@ -113,7 +114,7 @@ class PaneShell:
         finally:
             os.close(fd)
         rc = self.dir / f"{ident}.rc"
-        assert await eventually(rc.exists, CTL_TIMEOUT_S), f"ctl {argv} never finished"
+        assert await apoll(rc.exists, CTL_TIMEOUT_S), f"ctl {argv} never finished"
         return Ran(
             int(rc.read_text()),
             (self.dir / f"{ident}.out").read_text(),
@@ -332,7 +333,7 @@ async def test_a_process_that_reused_a_dead_pane_programs_pid_is_refused(
             os.close(fd)
         await tools.wait("victim", until=["exited"])
         # The worker reaps its program: the pid is free again.
-        assert await eventually(lambda: start_ticks(pid) is None, 10)
+        assert await apoll(lambda: start_ticks(pid) is None, 10)
 
         reused = await anyio.to_thread.run_sync(_run_ctl_as_pid, pid, sock)
         if reused is None:
@@ -568,7 +569,7 @@ async def test_a_pane_readopted_after_a_supervisor_crash_is_still_attested(
         assert supervisor is not None
         # A crash: the worker and the runner outlive the supervisor.
         os.kill(supervisor[0], signal.SIGKILL)
-        assert await eventually(lambda: not alive(supervisor), 10)
+        assert await apoll(lambda: not alive(supervisor), 10)
     async with Client(params) as client:
         coord.tools = Tools(client)
         # The new service re-adopted the worker (start time from its record) and took the

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import REPO, eventually, service_env
+from tests.conftest import REPO, service_env
 from tests.control.conftest import Coord, coordination_env
 from tests.control.support import (
     AUTHORITY_SHA,
@@ -23,6 +23,7 @@ from tests.control.support import (
     send_signal,
 )
 from tests.faults import Marks, alive, key_of, sigkill_all
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +63,7 @@ async def test_reviewer_start_provisions_then_activates_and_a_failed_start_leave
                     seen.append(lease.state)
             return bool(started)
 
-        assert await eventually(look, 60, interval_s=0.005), "the start never returned"
+        assert await apoll(look, 60, interval_s=0.005), "the start never returned"
     assert seen[0] == "provisioning" and set(seen) <= {"provisioning", "active"}, seen
     assert (await lease_of(coord, "reviewer", started["lease_id"]))["state"] == "active"
     assert (await pane_info(coord.tools, "s21"))["lease"]["lease_id"] == started["lease_id"]
@@ -384,7 +385,7 @@ async def test_a_worker_dying_in_the_closing_step_leaves_the_lease_closed(coord:
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(close)
-            closing = await eventually(
+            closing = await apoll(
                 lambda: pane_lease_records(coord.state)[lease["lease_id"]].capture_sha256, 20
             )
             assert closing, "the close never recorded its capture"

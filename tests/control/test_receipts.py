@@ -20,7 +20,7 @@ import pytest
 
 from supervisor.store.locks import hold_sync
 from supervisor.store.statedir import atomic_write
-from tests.conftest import Tools, eventually
+from tests.conftest import Tools
 from tests.control.conftest import Coord
 from tests.control.support import (
     AUTHORITY_SHA,
@@ -34,6 +34,7 @@ from tests.control.support import (
     send_signal,
 )
 from tests.faults import sigkill_all
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -79,7 +80,7 @@ async def test_second_relay_is_refused_while_a_receipt_is_outstanding(coord: Coo
     await ctl.reviewer("s10-other")
     first = await ctl.call("relay", name="s10", text="first prompt")
     marker = f"second {secrets.token_hex(4)}"
-    attempts = [
+    attempts: list[tuple[str, dict[str, Any]]] = [
         ("relay", {"name": "s10", "text": marker}),
         ("handoff", {"name": "s10", "text": marker, "timeout_s": 5}),
         (
@@ -280,7 +281,7 @@ async def test_worker_killed_during_delivery_leaves_the_receipt_reserved(coord: 
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(relay)
-            reserved = await eventually(
+            reserved = await apoll(
                 lambda: [r for r in receipt_records(coord.state).values() if r.name == "s16w"], 20
             )
             assert reserved, "no receipt was reserved"
@@ -387,7 +388,7 @@ async def test_a_closing_or_releasing_lease_refuses_new_prompts(coord: Coord) ->
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(close)
-            closing = await eventually(
+            closing = await apoll(
                 lambda: pane_lease_records(coord.state)[lease["lease_id"]].state == "closing", 20
             )
             assert closing, "the lease never read closing"

@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import msgspec
 import pytest
@@ -53,7 +54,15 @@ os._exit(0)
 OTHER_HOST = "build-host.elsewhere.invalid"
 
 
-def python(code: str, *args: str, **popen: object) -> subprocess.Popen[str]:
+class Pipes(TypedDict, total=False):
+    """The Popen keywords the tests pass to ``python``."""
+
+    stdin: int
+    stdout: int
+    stderr: int
+
+
+def python(code: str, *args: str, **popen: Unpack[Pipes]) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO, text=True, **popen)
 
 

@@ -16,7 +16,8 @@ import pytest
 from mcp import Client
 
 from tests.conftest import REPO, Tools, service_env, stdio_params
-from tests.faults import Marks, ProcKey, describe, key_of, sigkill_all, survivors, until
+from tests.faults import Marks, ProcKey, describe, key_of, sigkill_all, survivors
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -65,7 +66,7 @@ class Setup:
         return dict(pane)
 
     async def all_gone(self) -> None:
-        gone = await until(lambda: not survivors(self.known) and not self.marks.everything(), 5)
+        gone = await apoll(lambda: not survivors(self.known) and not self.marks.everything(), 5)
         assert gone, describe(set(survivors(self.known)) | self.marks.everything())
 
     def cleanup(self) -> None:

@@ -12,7 +12,8 @@ import pytest
 from mcp import Client
 
 from tests.conftest import Tools, stdio_params
-from tests.faults import Marks, ProcKey, describe, key_of, seeded_rng, sigkill_all, survivors, until
+from tests.faults import Marks, ProcKey, describe, key_of, seeded_rng, sigkill_all, survivors
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -93,7 +94,7 @@ async def test_sixteen_panes_driven_concurrently(state_dir: Path, tmp_path: Path
                 for name in names:
                     tg.start_soon(remove, name)
             assert (await tools.call("list_panes"))["panes"] == []
-            gone = await until(lambda: not survivors(known) and not marks.panes(), 5)
+            gone = await apoll(lambda: not survivors(known) and not marks.panes(), 5)
             assert gone, describe(set(survivors(known)) | marks.panes())
     finally:
         sigkill_all(known | marks.everything())

@@ -15,7 +15,8 @@ import pytest
 from mcp import Client
 
 from tests.conftest import Tools, stdio_params
-from tests.faults import Marks, describe, sigkill_all, until
+from tests.faults import Marks, describe, sigkill_all
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -68,7 +69,7 @@ async def test_panes_started_at_once_all_report_their_first_status(
             async with anyio.create_task_group() as tg:
                 for name in statuses:
                     tg.start_soon(remove, name)
-        gone = await until(lambda: not marks.everything(), 10)
+        gone = await apoll(lambda: not marks.everything(), 10)
         assert gone, describe(marks.everything())
     finally:
         sigkill_all(marks.everything())

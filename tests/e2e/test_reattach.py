@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -14,8 +15,9 @@ import psutil
 import pytest
 from mcp import Client
 
-from tests.conftest import Tools, eventually, stdio_params
+from tests.conftest import Tools, stdio_params
 from tests.faults import start_ticks, supervisor_of
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -31,7 +33,7 @@ async def test_a_new_supervisor_readopts_a_killed_ones_panes(state_dir: Path) ->
         assert supervisor is not None
         # A crash: no graceful stop, so the worker keeps running, orphaned.
         os.kill(supervisor, signal.SIGKILL)
-        assert await eventually(lambda: _gone(supervisor), timeout_s=10)
+        assert await apoll(lambda: _gone(supervisor), timeout_s=10)
     assert psutil.pid_exists(pane["worker_pid"]) and psutil.pid_exists(pane["pid"])
 
     async with Client(stdio_params(state_dir)) as client:
@@ -60,7 +62,7 @@ async def test_a_new_supervisor_readopts_a_killed_ones_panes(state_dir: Path) ->
         await tools.call("remove_pane", name="keep")
     assert not (state_dir / "panes" / "keep.json").exists()
     for pid in (pane["worker_pid"], pane["pid"]):
-        assert await eventually(lambda pid=pid: _gone(pid), timeout_s=5)
+        assert await apoll(functools.partial(_gone, pid), timeout_s=5)
 
 
 def _gone(pid: int) -> bool:
@@ -78,7 +80,7 @@ async def test_removing_a_pane_right_after_a_restart_closes_it_in_order(state_di
         supervisor = supervisor_of(pane["worker_pid"])
         assert supervisor is not None
         os.kill(supervisor, signal.SIGKILL)
-        assert await eventually(lambda: _gone(supervisor), timeout_s=10)
+        assert await apoll(lambda: _gone(supervisor), timeout_s=10)
     async with Client(stdio_params(state_dir)) as client:
         tools = Tools(client)
         # Before the worker has re-introduced itself: the removal waits for it, then
@@ -87,7 +89,7 @@ async def test_removing_a_pane_right_after_a_restart_closes_it_in_order(state_di
         assert removed["exit_code"] is not None
         assert (await tools.call("list_panes"))["panes"] == []
     for pid in (pane["worker_pid"], pane["pid"]):
-        assert await eventually(lambda pid=pid: _gone(pid), timeout_s=5)
+        assert await apoll(functools.partial(_gone, pid), timeout_s=5)
 
 
 async def test_a_forged_record_naming_another_process_is_never_signalled(

@@ -12,7 +12,8 @@ import pytest
 from mcp import Client
 
 from tests.conftest import Tools, stdio_params
-from tests.faults import Marks, describe, sigkill_all, until
+from tests.faults import Marks, describe, sigkill_all
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -56,7 +57,7 @@ async def test_sixteen_concurrent_starts_of_one_name_make_one_pane(
             assert len(marks.all_pane_procs()) == 1, describe(marks.all_pane_procs())
             assert len(marks.workers()) == 1, describe(marks.workers())
             await tools.call("remove_pane", name="same")
-            assert await until(lambda: not marks.panes(), 5), describe(marks.panes())
+            assert await apoll(lambda: not marks.panes(), 5), describe(marks.panes())
     finally:
         sigkill_all(marks.everything())
 
@@ -79,12 +80,12 @@ async def test_the_pane_limit_holds_under_concurrent_starts(
             outcomes = await _start_all(tools, requests)
             started = [o for o in outcomes if "pane" in o]
             assert len(started) == 2, outcomes
-            assert sorted(o.get("error") for o in outcomes if "error" in o) == ["pane_limit"] * 6, (
+            assert sorted(o["error"] for o in outcomes if "error" in o) == ["pane_limit"] * 6, (
                 outcomes
             )
             assert len((await tools.call("list_panes"))["panes"]) == 2
             assert len(marks.workers()) == 2, describe(marks.workers())
         # A graceful stop closes what was started; nothing of any start survives.
-        assert await until(lambda: not marks.everything(), 5), describe(marks.everything())
+        assert await apoll(lambda: not marks.everything(), 5), describe(marks.everything())
     finally:
         sigkill_all(marks.everything())

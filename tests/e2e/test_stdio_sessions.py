@@ -13,17 +13,16 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import REPO, Tools, eventually, service_env
+from tests.conftest import REPO, Tools, service_env
 from tests.faults import key_of, ppid, sigkill_all
 from tests.faults.test_supervisor_kill import CLIENT_GONE
+from tests.polling import apoll, poll
 
 pytestmark = pytest.mark.anyio
 
@@ -95,7 +94,7 @@ async def test_a_dead_sessions_directory_is_swept_by_the_next_server(tmp_path: P
             dead = _sessions(home)
             assert len(dead) == 1
             os.kill(server, signal.SIGKILL)
-            assert await eventually(lambda: key_of(server) is None or _zombie(server), 10)
+            assert await apoll(lambda: key_of(server) is None or _zombie(server), 10)
     except* CLIENT_GONE:
         pass
     try:
@@ -128,7 +127,7 @@ def test_a_second_server_on_an_explicit_state_dir_is_told_to_use_http(
     )
     try:
         lock = state_dir / "supervisor.lock"
-        deadline_ok = _wait_for(lambda: lock.exists() and lock.read_text().strip().isdigit())
+        deadline_ok = poll(lambda: lock.exists() and lock.read_text().strip().isdigit(), 20.0)
         assert deadline_ok
         second = subprocess.run(
             [sys.executable, "-m", "supervisor", "serve", "--stdio"],
@@ -150,16 +149,6 @@ def test_a_second_server_on_an_explicit_state_dir_is_told_to_use_http(
         first.stderr.close()
 
 
-def _wait_for(cond: Callable[[], bool], timeout_s: float = 20.0) -> bool:
-    """Poll ``cond`` (state outside the service: a file) until it holds or time is up."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 async def test_a_graceful_stop_leaves_no_runtime_directory(state_dir: Path) -> None:
     # Short, so the ipc path fits in 107 bytes and the service uses it.
     runtime = Path(tempfile.mkdtemp(prefix="pwrt-"))
@@ -171,7 +160,7 @@ async def test_a_graceful_stop_leaves_no_runtime_directory(state_dir: Path) -> N
             await Tools(c).call("start_pane", name="rt", profile="demo")
             assert any(p.suffix in (".ipc", ".sock") for p in _files(runtime)), _files(runtime)
         # The service stopped when its client left: its socket directory went with it.
-        gone = await eventually(lambda: not list((runtime / "panewarden").iterdir()), 10)
+        gone = await apoll(lambda: not list((runtime / "panewarden").iterdir()), 10)
         assert gone, _files(runtime)
     finally:
         shutil.rmtree(runtime, ignore_errors=True)

@@ -20,7 +20,8 @@ from supervisor.config import load_config
 from supervisor.front.mcp_server import build_server
 from supervisor.front.runtime import running_service
 from supervisor.panes.service import PaneService
-from tests.conftest import Tools, eventually, service_env
+from tests.conftest import Tools, service_env
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -85,10 +86,10 @@ async def test_a_cancelled_wait_leaves_no_waiter_behind(
             )
 
         tg.start_soon(long_wait)
-        assert await eventually(lambda: _waiting_tasks(), timeout_s=5), "the wait never started"
+        assert await apoll(lambda: _waiting_tasks(), timeout_s=5), "the wait never started"
         tg.cancel_scope.cancel()
     # The client's cancellation reaches the tool: its wait task ends promptly.
-    assert await eventually(lambda: not _waiting_tasks(), timeout_s=2), _waiting_tasks()
+    assert await apoll(lambda: not _waiting_tasks(), timeout_s=2), _waiting_tasks()
     await tools.call("remove_pane", name="x")
 
 
@@ -104,7 +105,7 @@ async def test_a_wait_wakes_on_the_event_not_a_poll(inproc: tuple[Tools, PaneSer
             result.update(await tools.wait("e", after=idle["seq"], until=["done"]))
 
         tg.start_soon(waiter)
-        assert await eventually(lambda: len(_waiting_tasks()) == 1, timeout_s=5)
+        assert await apoll(lambda: len(_waiting_tasks()) == 1, timeout_s=5)
         event = pane.changed
         assert not event.is_set()
         await tools.call("send_input", name="e", text="wake")

@@ -21,8 +21,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import eventually
-
 ProcKey = tuple[int, int]
 """(pid, start time in clock ticks): one process, never a later one reusing its pid."""
 
@@ -33,11 +31,6 @@ def seeded_rng(test: str) -> tuple[random.Random, int]:
     seed = int(raw) if raw else random.SystemRandom().randrange(2**32)
     print(f"{test}: PANEWARDEN_TEST_SEED={seed}")
     return random.Random(seed), seed
-
-
-async def until(cond: Callable[[], bool], timeout_s: float) -> bool:
-    """Poll ``cond`` every 20 ms until it holds or ``timeout_s`` passes; returns its value."""
-    return bool(await eventually(cond, timeout_s))
 
 
 # ---------------------------------------------------------------- /proc facts

@@ -11,18 +11,20 @@ import os
 import re
 import signal
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from mcp import Client
 
 from tests.conftest import Tools, stdio_params
-from tests.faults import alive, key_of, seeded_rng, sigkill_all, until
+from tests.faults import alive, key_of, seeded_rng, sigkill_all
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
 
-async def _spawned(tools: Tools, name: str) -> tuple[dict[str, object], int]:
+async def _spawned(tools: Tools, name: str) -> tuple[dict[str, Any], int]:
     pane = (await tools.call("start_pane", name=name, profile="demo"))["pane"]
     await tools.wait(name, until=["idle"])
     await tools.call("send_input", name=name, text="spawn")
@@ -43,7 +45,7 @@ async def test_a_hung_worker_is_killed_on_heartbeat_loss(state_dir: Path) -> Non
             os.kill(worker[0], signal.SIGSTOP)  # alive but silent: only heartbeats tell
             lost = await tools.wait("hung", until=["lost"], timeout_s=15)
             assert lost["lifecycle"] == "lost"
-            assert await until(lambda: not any(alive(k) for k in [*keys, worker]), 5)
+            assert await apoll(lambda: not any(alive(k) for k in [*keys, worker]), 5)
             await tools.call("start_pane", name="after", profile="demo")
             assert (await tools.wait("after", until=["idle"]))["state"] == "idle"
         finally:
@@ -74,7 +76,7 @@ async def test_a_worker_killed_during_remove_pane_leaves_nothing(state_dir: Path
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(worker_fd, signal.SIGKILL)
             assert "killed" in result
-            assert await until(lambda: not any(alive(k) for k in [*keys, worker]), 5)
+            assert await apoll(lambda: not any(alive(k) for k in [*keys, worker]), 5)
             assert (await tools.call("list_panes"))["panes"] == []
         finally:
             os.close(worker_fd)

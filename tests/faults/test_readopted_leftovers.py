@@ -32,8 +32,8 @@ from tests.faults import (
     sigkill_all,
     supervisor_of,
     survivors,
-    until,
 )
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -85,7 +85,7 @@ async def test_a_readopted_workers_fresh_grandchild_dies_with_its_pane(
                 lost = await tools.wait(name, until=["lost"], timeout_s=10)
                 assert lost["lifecycle"] == "lost", lost
                 await tools.call("remove_pane", name=name)
-        gone = await until(lambda: not survivors(helpers), GONE_WITHIN_S)
+        gone = await apoll(lambda: not survivors(helpers), GONE_WITHIN_S)
         assert gone, f"alive after lost, remove_pane and stop: {describe(survivors(helpers))}"
     finally:
         sigkill_all(helpers | set(workers.values()) | marks.everything())

@@ -53,7 +53,6 @@ from tests.faults import (
     ppid,
     seeded_rng,
     sigkill_all,
-    until,
     with_arg,
 )
 from tests.faults.soak_client import (
@@ -66,6 +65,7 @@ from tests.faults.soak_client import (
     SoakClient,
 )
 from tests.faults.soak_ledger import Ledger
+from tests.polling import apoll
 from tests.service.conftest import ServiceFactory, call, connect
 
 pytestmark = pytest.mark.anyio
@@ -146,8 +146,8 @@ async def kill_a_worker(soak: Soak, rng: random.Random) -> None:
         return
     # One fault at a time: the dead worker's tree, re-parented to the service (its
     # subreaper), is killed by the service before the next fault can kill the service.
-    dead = await until(lambda: not alive(killed), SWEEP_WITHIN_S)
-    swept = dead and await until(lambda: not awaiting_sweep(soak), SWEEP_WITHIN_S)
+    dead = await apoll(lambda: not alive(killed), SWEEP_WITHIN_S)
+    swept = dead and await apoll(lambda: not awaiting_sweep(soak), SWEEP_WITHIN_S)
     if not swept:
         soak.ledger.fail(
             f"{pane['name']}: {SWEEP_WITHIN_S}s after its worker's SIGKILL: "
@@ -298,7 +298,7 @@ async def test_soak_clients_worker_kills_and_a_restart(
                         tg.start_soon(client.run)
                 stop_sampling.set()
             await sweep_and_stop(soak)
-        gone = await until(lambda: not marks.everything(), ALL_GONE_WITHIN_S)
+        gone = await apoll(lambda: not marks.everything(), ALL_GONE_WITHIN_S)
         if not gone:
             soak.ledger.fail(f"left running after the stop: {leftovers(soak)}")
         check_doubles(soak)

@@ -26,9 +26,9 @@ from tests.faults import (
     sigkill_all,
     supervisor_of,
     survivors,
-    until,
 )
 from tests.faults.test_supervisor_kill import CLIENT_GONE
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -68,7 +68,7 @@ async def _panes_then_signals(
                     os.kill(server, signum)
                 sent_at = sent_at or time.monotonic()
             # The client keeps stdin open until everything is gone (or the bound passes).
-            gone = await until(
+            gone = await apoll(
                 lambda: not survivors(known) and not marks.everything(),
                 GONE_WITHIN_S - (time.monotonic() - sent_at),
             )

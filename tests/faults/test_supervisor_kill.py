@@ -36,8 +36,8 @@ from tests.faults import (
     sigkill_all,
     supervisor_of,
     survivors,
-    until,
 )
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -68,7 +68,7 @@ async def _round(tmp: Path, seed: int, round_no: int, delay: float) -> None:
     known: set[ProcKey] = set()
     try:
         killed_at = await _drive_and_kill(state, marks, known, delay)
-        gone = await until(
+        gone = await apoll(
             lambda: not survivors(known) and not marks.everything(),
             ALL_GONE_WITHIN_S - (time.monotonic() - killed_at),
         )
@@ -188,7 +188,7 @@ async def test_one_supervisor_per_state_dir_and_restart_after_sigkill(
 
                 first_tree = set(known)
                 os.kill(supervisor, signal.SIGKILL)
-                assert await until(lambda: not alive_pid(supervisor), 5)
+                assert await apoll(lambda: not alive_pid(supervisor), 5)
         except* CLIENT_GONE:
             pass
 
@@ -209,13 +209,13 @@ async def test_one_supervisor_per_state_dir_and_restart_after_sigkill(
             await tools.wait("before", until=["done"], timeout_s=20)
             await tools.call("remove_pane", name="before")
             removed_at = time.monotonic()
-            gone = await until(lambda: not survivors(first_tree) and not marks.pane_procs(0), 3)
+            gone = await apoll(lambda: not survivors(first_tree) and not marks.pane_procs(0), 3)
             assert gone, (
                 f"alive {time.monotonic() - removed_at:.1f}s after remove_pane: "
                 f"{describe(set(survivors(first_tree)) | marks.pane_procs(0))}"
             )
             await tools.call("remove_pane", name="after")
-        assert await until(lambda: not survivors(known) and not marks.everything(), 5), describe(
+        assert await apoll(lambda: not survivors(known) and not marks.everything(), 5), describe(
             set(survivors(known)) | marks.everything()
         )
     finally:

@@ -35,10 +35,10 @@ from tests.faults import (
     sigkill_all,
     supervisor_of,
     survivors,
-    until,
     zombie_children,
 )
 from tests.faults.test_supervisor_kill import CLIENT_GONE
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -135,7 +135,11 @@ async def test_template_sigkill_at_random_moments(state_dir: Path, tmp_path: Pat
                 os.kill(victim["worker_pid"], signal.SIGKILL)
                 await tools.wait(victim["name"], until=["lost"], timeout_s=10)
                 victims = _keys(victim) | {grandchild}
-                assert await until(lambda v=victims: not survivors(v), GONE_WITHIN_S), (
+
+                def victims_gone(v: set[ProcKey] = victims) -> bool:
+                    return not survivors(v)
+
+                assert await apoll(victims_gone, GONE_WITHIN_S), (
                     f"{where}: {describe(survivors(victims))}"
                 )
                 await tools.call("remove_pane", name=victim["name"])
@@ -144,9 +148,13 @@ async def test_template_sigkill_at_random_moments(state_dir: Path, tmp_path: Pat
                     known |= _keys(keeper)
                     await tools.wait("keeper", until=["idle"])
                 # A (new) template comes back by itself, after the back-off.
-                assert await until(lambda: bool(marks.templates()), 20), where
+                assert await apoll(lambda: bool(marks.templates()), 20), where
                 workers = {p["worker_pid"] for p in live.values()}
-                assert await until(lambda w=workers: _service_clean(supervisor, w), 5), (
+
+                def service_clean(w: set[int] = workers) -> bool:
+                    return _service_clean(supervisor, w)
+
+                assert await apoll(service_clean, 5), (
                     f"{where}: {describe(k for c in children(supervisor) if (k := key_of(c)))}"
                 )
             fresh = await _start(tools, marks, "fresh", 2 * ROUNDS + 1)
@@ -156,7 +164,7 @@ async def test_template_sigkill_at_random_moments(state_dir: Path, tmp_path: Pat
             await _turn(tools, "fresh", "from a new template")
             for name in [*live, "fresh"]:
                 await tools.call("remove_pane", name=name)
-        gone = await until(lambda: not survivors(known) and not marks.everything(), 10)
+        gone = await apoll(lambda: not survivors(known) and not marks.everything(), 10)
         assert gone, describe(set(survivors(known)) | marks.everything())
     finally:
         sigkill_all(known | marks.everything())
@@ -190,7 +198,7 @@ async def test_template_and_supervisor_sigkilled_together(state_dir: Path, tmp_p
             pass  # leaving the client of a dead server
         # Nobody re-adopts them: the workers notice the silence, wait the grace, clean up.
         within = ORPHAN_AFTER_S + float(ORPHAN_GRACE_S) + 8.0
-        gone = await until(lambda: not survivors(known) and not marks.everything(), within)
+        gone = await apoll(lambda: not survivors(known) and not marks.everything(), within)
         gone_after = time.monotonic() - killed_at
         assert gone, f"alive {gone_after:.1f}s after the kill: {describe(marks.everything())}"
         assert gone_after >= ORPHAN_AFTER_S - HEARTBEAT_S, f"all gone after only {gone_after:.1f}s"
@@ -226,6 +234,7 @@ async def test_a_template_of_another_build_is_retired_after_a_restart(
             known |= _keys(new)
             new_template = ppid(new["worker_pid"])
             assert comm(new_template or 0) == TEMPLATE_NAME
+            assert old_template is not None  # as asserted above; mypy loses it across except*
             assert new_template != old_template[0]
             # The old template's pane was re-adopted and still works; the old template
             # stays its subreaper until that pane is gone, then exits.
@@ -233,10 +242,10 @@ async def test_a_template_of_another_build_is_retired_after_a_restart(
             await _turn(tools, "old", "after the upgrade")
             assert old_template in marks.templates()
             await tools.call("remove_pane", name="old")
-            assert await until(lambda: not survivors({old_template}), GONE_WITHIN_S)
+            assert await apoll(lambda: not survivors({old_template}), GONE_WITHIN_S)
             await _turn(tools, "new", "still served")
             await tools.call("remove_pane", name="new")
-        gone = await until(lambda: not survivors(known) and not marks.everything(), 10)
+        gone = await apoll(lambda: not survivors(known) and not marks.everything(), 10)
         assert gone, describe(set(survivors(known)) | marks.everything())
     finally:
         sigkill_all(known | marks.everything())
@@ -277,10 +286,10 @@ async def test_while_no_template_can_start_panes_start_cold_and_one_comes_back_b
             # A start asks for a template: wait until one more has died since, so that
             # no start is left in flight or scheduled by that request.
             seen = len(deaths.read_text())
-            assert await until(lambda: len(deaths.read_text()) > seen, 40)
+            assert await apoll(lambda: len(deaths.read_text()) > seen, 40)
             blocked.unlink()
             # Nothing asks for a template now: it must come back on its own.
-            assert await until(lambda: bool(marks.templates()), 40)
+            assert await apoll(lambda: bool(marks.templates()), 40)
             known |= marks.templates()
             forked = await _start(tools, marks, "forked", 1)
             known |= _keys(forked)
@@ -288,7 +297,7 @@ async def test_while_no_template_can_start_panes_start_cold_and_one_comes_back_b
             await tools.wait("forked", until=["idle"])
             for name in ("cold", "forked"):
                 await tools.call("remove_pane", name=name)
-        gone = await until(lambda: not survivors(known) and not marks.everything(), 10)
+        gone = await apoll(lambda: not survivors(known) and not marks.everything(), 10)
         assert gone, describe(set(survivors(known)) | marks.everything())
     finally:
         sigkill_all(known | marks.everything())
@@ -320,7 +329,7 @@ async def test_a_template_that_cannot_start_leaves_the_panes_cold(
             assert not marks.templates()
             for name in ("a", "b"):
                 await tools.call("remove_pane", name=name)
-        gone = await until(lambda: not survivors(known) and not marks.everything(), 10)
+        gone = await apoll(lambda: not survivors(known) and not marks.everything(), 10)
         assert gone, describe(set(survivors(known)) | marks.everything())
     finally:
         sigkill_all(known | marks.everything())

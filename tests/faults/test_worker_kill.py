@@ -31,9 +31,9 @@ from tests.faults import (
     sigkill_all,
     supervisor_of,
     survivors,
-    until,
     zombie_children,
 )
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +60,7 @@ async def _assert_supervisor_clean(supervisor: int, workers: set[int], why: str)
         allowed = workers | set(found[1:])
         return all(not zombie_children(p) and set(children(p)) <= allowed for p in found)
 
-    assert await until(clean, 2.0), (
+    assert await apoll(clean, 2.0), (
         f"{why}: children of supervisor {supervisor} and template: "
         f"{describe(k for p in parents() for c in children(p) if (k := key_of(c)) is not None)}; "
         f"zombies {[zombie_children(p) for p in parents()]}; live workers {sorted(workers)}"
@@ -125,7 +125,7 @@ async def test_worker_sigkill_right_after_a_detached_spawn(state_dir: Path, tmp_
             def tree_gone() -> bool:
                 return not survivors(recorded) and not marks.pane_procs(0)
 
-            gone = await until(tree_gone, TREE_GONE_WITHIN_S - (time.monotonic() - killed_at))
+            gone = await apoll(tree_gone, TREE_GONE_WITHIN_S - (time.monotonic() - killed_at))
             assert gone, (
                 f"alive {time.monotonic() - killed_at:.2f}s after the worker's SIGKILL: "
                 f"{describe(set(survivors(recorded)) | marks.pane_procs(0))}"
@@ -207,7 +207,7 @@ async def test_worker_sigkill_at_random_moments(state_dir: Path, tmp_path: Path)
                 def tree_gone(i: int = i, victims: set[ProcKey] = victims) -> bool:
                     return not survivors(victims) and not marks.pane_procs(i)
 
-                gone = await until(tree_gone, TREE_GONE_WITHIN_S - (time.monotonic() - killed_at))
+                gone = await apoll(tree_gone, TREE_GONE_WITHIN_S - (time.monotonic() - killed_at))
                 assert gone, (
                     f"{where}: alive {time.monotonic() - killed_at:.2f}s after the kill: "
                     f"{describe(set(survivors(victims)) | marks.pane_procs(i))}"

@@ -117,7 +117,7 @@ async def test_failures_through_the_seam_are_git_precondition(repo: Repo) -> Non
 
     for runner, words in ((timing_out, "took longer"), (missing, "cannot run")):
         with pytest.raises(PanewardenError) as caught:
-            await Git(runner, HOST).head(str(repo.root))  # type: ignore[arg-type]
+            await Git(runner, HOST).head(str(repo.root))
         assert caught.value.code.value == "git_precondition"
         assert words in caught.value.message
     with pytest.raises(PanewardenError) as caught:

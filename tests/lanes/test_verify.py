@@ -16,9 +16,10 @@ import psutil
 import pytest
 from mcp import Client
 
-from tests.conftest import Tools, eventually, stdio_params
+from tests.conftest import Tools, stdio_params
 from tests.lanes.conftest import Lanes, acquire, profiles_file
 from tests.lanes.gitrepo import REFUSED_EXIT, Repo, git, make_repo
+from tests.polling import apoll
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 
@@ -171,7 +172,7 @@ async def test_a_worktree_changed_during_the_run_is_invalidated(lanes: Lanes) ->
 
         tg.start_soon(run)
         # The recipe waits for trigger.txt: once its sandbox runs, change the worktree.
-        assert await eventually(lambda: _sandbox_running(wt), 60)
+        assert await apoll(lambda: _sandbox_running(wt), 60)
         (wt / "trigger.txt").write_text("changed under the recipe\n")
     assert outcome["state"] == "invalidated", outcome
     assert outcome["exit_code"] == 0  # it passed, but not on the worktree it was given

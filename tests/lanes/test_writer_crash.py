@@ -16,10 +16,11 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import Tools, eventually, stdio_params
+from tests.conftest import Tools, stdio_params
 from tests.faults import ProcKey, key_of, sigkill_all, survivors
 from tests.lanes.conftest import AUTHORITY_SHA, Lanes, profiles_file
 from tests.lanes.gitrepo import Repo
+from tests.polling import apoll
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -92,7 +93,7 @@ async def test_a_kill_mid_start_leaves_a_blocking_lease_until_reconciled(
                     # The lease is written before the pane's worker exists, names the
                     # worker once it is spawned, and turns active only once the worker
                     # said hello: freeze the service in between.
-                    assert await eventually(lambda: _spawned(state_dir), 30, 0.001)
+                    assert await apoll(lambda: _spawned(state_dir), 30, interval_s=0.001)
                     os.kill(supervisor, signal.SIGSTOP)
                     ((record,),) = (_writer_records(state_dir),)
                     assert record["state"] == "provisioning", record
@@ -152,6 +153,6 @@ async def test_a_kill_mid_start_leaves_a_blocking_lease_until_reconciled(
             assert len(_retained(leases)) == 1
         # The frozen start's worker gave up without a supervisor and took its tree along.
         assert left_behind, "no worker: the service was frozen before it spawned one"
-        assert await eventually(lambda: not survivors(left_behind), 30)
+        assert await apoll(lambda: not survivors(left_behind), 30)
     finally:
         sigkill_all(left_behind)

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from paneworker.template.prefork import record_calls, relocate_code
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _run(script: str) -> dict[str, object]:
+def _run(script: str) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-c", script],
         cwd=REPO,
@@ -90,7 +91,7 @@ def test_functions_of_named_modules_are_copied_even_if_never_called() -> None:
         "'pinned': sum(any(p is c for p in pinned) for c in before.values())}))\n"
     )
     assert got["moved"] == got["all"] and got["all"]
-    assert got["pinned"] == len(got["all"])  # type: ignore[arg-type]
+    assert got["pinned"] == len(got["all"])
 
 
 def test_free_blocks_are_taken_so_each_size_has_at_most_one_partly_used_pool() -> None:
@@ -107,11 +108,11 @@ def test_free_blocks_are_taken_so_each_size_has_at_most_one_partly_used_pool() -
         "print(json.dumps({'before': before, 'after': after, 'taken': len(filler), "
         "'overhead': BYTES_OVERHEAD}))\n"
     )
-    before = {int(k): v for k, v in got["before"].items()}  # type: ignore[union-attr]
-    after = {int(k): v for k, v in got["after"].items()}  # type: ignore[union-attr]
-    filled = [size for size in before if got["overhead"] < size <= 512]  # type: ignore[operator]
+    before = {int(k): v for k, v in got["before"].items()}
+    after = {int(k): v for k, v in got["after"].items()}
+    filled = [size for size in before if got["overhead"] < size <= 512]
     assert sum(before[s] for s in filled) > 1000  # the holes were there
-    assert got["taken"] >= sum(before[s] for s in filled) * 0.9  # type: ignore[operator]
+    assert got["taken"] >= sum(before[s] for s in filled) * 0.9
     for size in filled:
         # What is left is at most the untouched tail of one fresh pool (16 KiB).
         assert after[size] <= 16384 // size, (size, before[size], after[size])
@@ -137,7 +138,7 @@ def test_malloc_holes_are_taken_and_free_pages_returned() -> None:
         "taken = fill_malloc_holes()\n"
         "print(json.dumps({'before': before, 'after': holes(), 'taken': taken}))\n"
     )
-    assert got["before"] > 1_000_000  # type: ignore[operator]
-    assert got["taken"] > 1000  # type: ignore[operator]
+    assert got["before"] > 1_000_000
+    assert got["taken"] > 1000
     # Left: only pieces smaller than the smallest filler piece could take.
-    assert got["after"] < 64 * 1024, got  # type: ignore[operator]
+    assert got["after"] < 64 * 1024, got

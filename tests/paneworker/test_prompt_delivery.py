@@ -93,7 +93,11 @@ def test_a_turns_output_says_how_it_was_cut(scripted: Callable[..., ScriptedPane
     pane.pump_until(lambda: pane.shows("ok: first prompt"))
     for rid, since, cut in ((60, reply.seq, "turn"), (61, reply.seq + 1000, "newest")):
         pane.requests.handle(ReadScreen(rid=rid, since_input=since))
-        pane.pump_until(lambda rid=rid: any(getattr(m, "rid", None) == rid for m in pane.link.sent))
+
+        def replied(rid: int = rid) -> bool:
+            return any(getattr(m, "rid", None) == rid for m in pane.link.sent)
+
+        pane.pump_until(replied)
         (text,) = [m for m in pane.link.sent if isinstance(m, ScreenText) and m.rid == rid]
         assert text.cut == cut, text
         assert "ok: first prompt" in text.text
@@ -134,7 +138,8 @@ def test_prompts_sent_at_once_are_typed_one_after_the_other(
 
 def _pending_bytes(fd: int) -> int:
     """Bytes the PTY holds for the reader (FIONREAD)."""
-    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    pending: int = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    return pending
 
 
 def test_enter_is_not_pressed_into_a_dialog_reported_after_the_text(

@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 import pytest
@@ -33,6 +33,7 @@ import pytest
 from paneworker.procs.oscalls import OsCalls
 from paneworker.procs.reaper import ProcKey, Reaper
 from protocol.procstat import ProcStat, parse_stat
+from tests.polling import poll
 
 REPO = Path(__file__).resolve().parents[2]
 SH = "/bin/sh"
@@ -92,19 +93,15 @@ def _running(pid: int) -> bool:
     return False
 
 
+# How long a process-table change the test caused may take to show.
+REAPER_WAIT_S = 5.0
+
+
 def _alive(key: ProcKey | list[int]) -> bool:
     """The process named by (pid, start) exists and has not exited."""
     pid, start = key
     st = _stat(pid)
     return st is not None and st["start"] == start and _running(pid)
-
-
-def _until(cond: Callable[[], object], what: str, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.002)
 
 
 def _exit_code(reaped: list[tuple[int, int]] | list[list[int]], pid: int) -> int | None:
@@ -442,7 +439,7 @@ class _Helper:
                 return True
             return not self.tree()
 
-        _until(reaped_all, "helper cleanup")
+        poll(reaped_all, REAPER_WAIT_S, what="helper cleanup")
 
 
 def _read_line(fd: int, timeout_s: float = 5.0) -> str:
@@ -492,7 +489,11 @@ def _scenario_escape_loop(h: _Helper, tries: str) -> dict[str, Any]:
             if mode == "scanned":
                 reaper.scan()
             else:
-                _until(lambda e=escapee: (_stat(e) or {}).get("ppid") == h.pid, "adoption")
+
+                def adopted(e: int = escapee) -> bool:
+                    return (_stat(e) or {}).get("ppid") == h.pid
+
+                poll(adopted, REAPER_WAIT_S, what="adoption")
                 st = _stat(escapee) or {}
                 facts = {
                     "escapee_session": st["session"],
@@ -545,7 +546,7 @@ def _scenario_detach_before_scan(h: _Helper, variant: str) -> dict[str, Any]:
     escapee = int(_read_line(rfd))
     key = h.remember(escapee)
     assert key is not None
-    _until(lambda: (_stat(escapee) or {}).get("ppid") == h.pid, "adoption")
+    poll(lambda: (_stat(escapee) or {}).get("ppid") == h.pid, REAPER_WAIT_S, what="adoption")
     st = _stat(escapee) or {}
     recorded_before = sorted(reaper.recorded)
     result = reaper.kill_tree(program, grace_s=0.5)
@@ -598,7 +599,11 @@ def _scenario_zombie_leader(h: _Helper) -> dict[str, Any]:
     leader = int(_read_line(rfd))
     os.close(rfd)
     key = h.remember(leader)
-    _until(lambda: (_stat(leader) or {}).get("state") == "Z" and _running(leader), "leader exit")
+    poll(
+        lambda: (_stat(leader) or {}).get("state") == "Z" and _running(leader),
+        REAPER_WAIT_S,
+        what="leader exit",
+    )
     state_before = (_stat(leader) or {}).get("state")
     reaper.scan()
     recorded_it = key in reaper.recorded
@@ -651,7 +656,11 @@ def _scenario_interactive_jobs(h: _Helper, variant: str) -> dict[str, Any]:
     jobs = sorted({int(p) for p in re.findall(rb"J:(\d+)", buf)})
     keys = [h.remember(job) for job in jobs]
     # Until nohup has set SIGHUP to ignored, bash's forwarded SIGHUP could kill a job.
-    _until(lambda: all(_ignores_sighup(job) for job in jobs), "jobs ignoring SIGHUP")
+    poll(
+        lambda: all(_ignores_sighup(job) for job in jobs),
+        REAPER_WAIT_S,
+        what="jobs ignoring SIGHUP",
+    )
     facts = [_stat(job) or {} for job in jobs]
     shell_key = _key(shell)
     assert shell_key is not None
@@ -661,7 +670,12 @@ def _scenario_interactive_jobs(h: _Helper, variant: str) -> dict[str, Any]:
         "shell": shell,
         "shell_alive_after": _alive(shell_key),
         "jobs": [
-            {"pgrp": st["pgrp"], "session": st["session"], "alive_after": _alive(key)}
+            # remember() is None only for a vanished job: _alive raised on it before the cast too.
+            {
+                "pgrp": st["pgrp"],
+                "session": st["session"],
+                "alive_after": _alive(cast(ProcKey, key)),
+            }
             for st, key in zip(facts, keys, strict=True)
         ],
     }
@@ -694,7 +708,7 @@ def _scenario_stopped(h: _Helper) -> dict[str, Any]:
     reaper = Reaper(h.os_calls, h.pid)
     program = h.spawn("exec sleep 600")
     os.kill(program, signal.SIGSTOP)
-    _until(lambda: (_stat(program) or {}).get("state") == "T", "stopped")
+    poll(lambda: (_stat(program) or {}).get("state") == "T", REAPER_WAIT_S, what="stopped")
     state_before = (_stat(program) or {}).get("state")
     started = time.monotonic()
     result = reaper.kill_tree(program, grace_s=2.0)
@@ -770,7 +784,7 @@ def _reap_until(reaper: Reaper, into: list[tuple[int, int]], pid: int) -> None:
         into.extend(reaper.reap())
         return _exit_code(into, pid) is not None
 
-    _until(done, f"reaping {pid}")
+    poll(done, REAPER_WAIT_S, what=f"reaping {pid}")
 
 
 def _scenario_reap(h: _Helper) -> dict[str, Any]:
@@ -789,7 +803,7 @@ def _scenario_reap(h: _Helper) -> dict[str, Any]:
     h.remember(orphan)
     reaped: list[tuple[int, int]] = []
     _reap_until(reaper, reaped, program)
-    _until(lambda: (_stat(orphan) or {}).get("ppid") == h.pid, "adoption")
+    poll(lambda: (_stat(orphan) or {}).get("ppid") == h.pid, REAPER_WAIT_S, what="adoption")
     out["orphan_adopted"] = True
     os.close(hold)
     _reap_until(reaper, reaped, orphan)
@@ -809,7 +823,11 @@ def _scenario_reap(h: _Helper) -> dict[str, Any]:
     owned = subprocess.Popen([SH, "-c", "exit 5"], stdout=subprocess.DEVNULL)
     reaper.leave_to_owner(owned.pid)
     other = h.spawn("exit 7")
-    _until(lambda: all((_stat(p) or {}).get("state") == "Z" for p in (owned.pid, other)), "zombies")
+    poll(
+        lambda: all((_stat(p) or {}).get("state") == "Z" for p in (owned.pid, other)),
+        REAPER_WAIT_S,
+        what="zombies",
+    )
     got = []
     _reap_until(reaper, got, other)
     out |= {
@@ -852,7 +870,7 @@ def _scenario_scan_tree(h: _Helper, unrelated: str) -> dict[str, Any]:
     os.close(wfd)
     victim = int(_read_line(rfd))
     os.close(rfd)
-    _until(lambda: len(h.tree()) == 3, "three processes")
+    poll(lambda: len(h.tree()) == 3, REAPER_WAIT_S, what="three processes")
     expected = [h.remember(pid) for pid in h.tree()]
     first = reaper.scan()
     out: dict[str, Any] = {
@@ -867,7 +885,7 @@ def _scenario_scan_tree(h: _Helper, unrelated: str) -> dict[str, Any]:
         "victim": victim,
     }
     os.kill(victim, signal.SIGKILL)
-    _until(reaper.scan, "the scan to notice a death")
+    poll(reaper.scan, REAPER_WAIT_S, what="the scan to notice a death")
     out["recorded_after_death"] = sorted(reaper.recorded)
     reaper.kill_tree(program, grace_s=0.5)
     return out

@@ -15,6 +15,7 @@ import select
 import sys
 import time
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -107,7 +108,7 @@ def test_rules_files_are_package_data() -> None:
 # -- 2. the file format is checked ---------------------------------------------------
 
 
-def rules_json(*rules: dict[str, object], agent: str = "kiro", version: int = 1) -> bytes:
+def rules_json(*rules: Mapping[str, object], agent: str = "kiro", version: int = 1) -> bytes:
     return json.dumps({"agent": agent, "version": version, "rules": list(rules)}).encode()
 
 
@@ -610,6 +611,10 @@ class Pane:
             if isinstance(m, Status)
         ]
 
+    def last_status(self) -> tuple[str, str | None, int, str]:
+        """A method: mypy would keep ``statuses[-1]`` narrowed from one assert to the next."""
+        return self.statuses[-1]
+
 
 def test_a_recorded_opencode_turn_is_idle_working_done_from_the_screen() -> None:
     data = (CAPTURED / "opencode" / "prompt_error.bin").read_bytes()
@@ -802,13 +807,13 @@ def test_osc_reports_win_and_the_screen_takes_over_when_the_record_goes() -> Non
     pane.settle()
     assert pane.statuses == [("blocked", "permission", 0, "osc7501")]
     pane.screen.feed(b"\x1b]7501;state=clear\x07")
-    assert pane.statuses[-1] == ("unknown", None, 0, "osc7501")
+    assert pane.last_status() == ("unknown", None, 0, "osc7501")
     pane.settle()
-    assert pane.statuses[-1] == ("blocked", "permission", 0, "screen")
+    assert pane.last_status() == ("blocked", "permission", 0, "screen")
     pane.screen.status.note_input()
     pane.screen.feed(b"\x1b]7501;state=working:app=claude-code\x07")
     pane.settle()
-    assert pane.statuses[-1] == ("working", None, 1, "osc7501")
+    assert pane.last_status() == ("working", None, 1, "osc7501")
 
 
 def test_generic_panes_never_decide_from_the_screen() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from paneworker.status.machine import StatusMachine
+from protocol.messages import StatusSource
 
 
 def running(*, prompted: bool = True) -> StatusMachine:
@@ -17,12 +18,17 @@ def running(*, prompted: bool = True) -> StatusMachine:
 
 
 def feed(machine: StatusMachine, *states: str) -> list[tuple[str, int, int]]:
-    out = []
+    out: list[tuple[str, int, int]] = []
     for item in states:
         state, _, kind = item.partition(":")
         machine.apply(state, kind or None, "osc7501")
         out.append((machine.state, machine.turn, machine.seq))
     return out
+
+
+def source_of(machine: StatusMachine) -> StatusSource:
+    """Read afresh: mypy would keep ``machine.source`` narrowed from an earlier assert."""
+    return machine.source
 
 
 def test_a_turn_starts_at_working_and_ends_at_done() -> None:
@@ -65,7 +71,7 @@ def test_seq_moves_only_on_recorded_changes() -> None:
     assert m.seq == seq and m.source == "osc7501"  # source names who decided the record
     assert m.apply("blocked", "question", "screen") and m.seq == seq + 1
     assert m.apply("blocked", "auth", "screen") and m.seq == seq + 2  # kind counts
-    assert m.source == "screen"
+    assert source_of(m) == "screen"
 
 
 def test_a_permission_dialog_straight_after_a_finished_turn_opens_a_new_turn() -> None:

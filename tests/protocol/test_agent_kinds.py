@@ -13,6 +13,7 @@ import json
 import pkgutil
 import re
 from pathlib import Path
+from typing import cast
 
 import msgspec
 import pytest
@@ -36,7 +37,8 @@ def _profile_schema_kinds() -> set[str]:
     assert isinstance(info, msgspec.inspect.StructType)
     (entry,) = [f for f in info.fields if f.name == "agent"]
     assert isinstance(entry.type, msgspec.inspect.LiteralType)
-    return set(entry.type.values)
+    # The field is a Literal of strings; msgspec types the values as any literal.
+    return set(cast("tuple[str, ...]", entry.type.values))
 
 
 def test_the_profile_schema_accepts_exactly_the_kinds_of_the_table() -> None:

@@ -15,10 +15,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, Tools, eventually
+from tests.conftest import REPO, Tools
+from tests.polling import apoll
 
 PREFIX = Path(os.environ.get("PANEWARDEN_CLI_PREFIX", REPO / ".npm-cli"))
-VERSIONS = json.loads((Path(__file__).parent / "versions.json").read_text())
+VERSIONS: dict[str, dict[str, str]] = json.loads(
+    (Path(__file__).parent / "versions.json").read_text()
+)
 
 
 def cli_path(package: str) -> Path:
@@ -51,5 +54,5 @@ async def remove_and_check_nothing_left(
 ) -> None:
     """``remove_pane``, then assert no process of that CLI survives."""
     await tools.call("remove_pane", name=name)
-    gone = await eventually(lambda: not procs_of(home), timeout_s=timeout_s)
+    gone = await apoll(lambda: not procs_of(home), timeout_s=timeout_s)
     assert gone, f"processes left behind: {[p.cmdline() for p in procs_of(home)]}"

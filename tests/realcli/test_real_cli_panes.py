@@ -18,7 +18,8 @@ import psutil
 import pytest
 from mcp import Client
 
-from tests.conftest import Tools, eventually, stdio_params
+from tests.conftest import Tools, stdio_params
+from tests.polling import apoll
 from tests.realcli import cli_path, need, procs_of, remove_and_check_nothing_left
 
 pytestmark = pytest.mark.anyio
@@ -33,6 +34,7 @@ async def cli_env(tmp_path: Path) -> AsyncIterator[tuple[Tools, Path]]:
     await anyio.run_process(["git", "init", "-q", str(work)])
     (home / ".claude.json").write_text('{"hasCompletedOnboarding": true}')
     profiles: dict[str, Any] = {"profiles": []}
+    extra: list[str]
     for name, package, agent, extra in (
         ("claude", "@anthropic-ai/claude-code", "claude", []),
         ("codex", "@openai/codex", "codex", []),
@@ -102,7 +104,7 @@ async def test_codex_sign_in_reads_blocked_and_its_daemon_dies(cli_env: tuple[To
     assert (status["state"], status["kind"]) == ("blocked", "auth"), status
     assert status["source"] == "screen"
     # Codex starts a managed app-server daemon in its own session; it must not survive.
-    daemons: list[psutil.Process] = await eventually(
+    daemons: list[psutil.Process] = await apoll(
         lambda: [p for p in procs_of(home) if "app-server" in " ".join(p.cmdline())], 20
     )
     assert daemons, "codex started no app-server daemon this time"

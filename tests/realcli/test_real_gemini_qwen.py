@@ -31,7 +31,8 @@ import anyio
 import pytest
 from mcp import Client
 
-from tests.conftest import Tools, eventually, stdio_params
+from tests.conftest import Tools, stdio_params
+from tests.polling import apoll
 from tests.realcli import cli_path, need, procs_of, remove_and_check_nothing_left
 from tests.tools.fake_model import FakeModel, cli_env, write_cli_configs
 
@@ -272,7 +273,7 @@ async def test_twenty_starts_each_count_no_start_up_turn(env: Env) -> None:
     assert (await env.tools.call("list_panes"))["panes"] == []
     for profile in (f"{cli}-{lane}" for cli in ("gemini", "qwen") for lane in LANES):
         home = env.homes[profile]
-        gone = await eventually(functools.partial(_nothing_left, home), timeout_s=10)
+        gone = await apoll(functools.partial(_nothing_left, home), timeout_s=10)
         assert gone, f"{profile} processes left behind: {[p.cmdline() for p in procs_of(home)]}"
 
 

@@ -17,8 +17,7 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,6 +28,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
+
+from tests.polling import poll
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
@@ -63,17 +64,6 @@ def new_token() -> str:
 def digest(token: str) -> str:
     """The ``token_sha256`` a clients file records for ``token``."""
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``check`` until true or the monotonic deadline passes."""
-    deadline = time.monotonic() + timeout_s
-    delay = 0.01
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
 
 
 @dataclass
@@ -116,10 +106,10 @@ class Service:
                 stderr=err,
             )
         proc = self.proc
-        wait_until(
+        poll(
             lambda: self.url_file.exists() or proc.poll() is not None,
             START_TIMEOUT_S,
-            "the service to write run/http",
+            what="the service to write run/http",
         )
         if proc.poll() is not None:
             raise AssertionError(f"service exited with {proc.returncode}:\n{self.stderr()}")

@@ -294,10 +294,11 @@ def test_stdio_proxy_without_a_service_exits_1(services: ServiceFactory) -> None
 
 def test_stdio_proxy_relays_progress_of_a_long_wait(setup: Setup) -> None:
     """The service reports progress every few seconds of a wait; the proxy passes it on."""
-    progress: list[tuple[float, float | None]] = []
+    reports: list[tuple[float, float | None]] = []
 
-    async def on_progress(done: float, total: float | None, _message: str | None) -> None:
-        progress.append((done, total))
+    # The parameter names are the SDK's ProgressFnT protocol's (it may pass them by name).
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reports.append((progress, total))
 
     async def scenario() -> dict[str, Any]:
         async with Client(_proxy_params(setup.service)) as proxied:
@@ -314,5 +315,5 @@ def test_stdio_proxy_relays_progress_of_a_long_wait(setup: Setup) -> None:
 
     waited = run(scenario(), 60)
     assert waited["timed_out"] is True
-    assert progress, "no progress notification reached the stdio client"
-    assert progress[0][1] == 5.5
+    assert reports, "no progress notification reached the stdio client"
+    assert reports[0][1] == 5.5

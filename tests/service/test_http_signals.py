@@ -14,6 +14,7 @@ import psutil
 import pytest
 from mcp import Client
 
+from tests.polling import poll
 from tests.service.conftest import (
     REPO,
     Service,
@@ -26,7 +27,6 @@ from tests.service.conftest import (
     read_audit,
     run,
     token_of,
-    wait_until,
     write_secret,
 )
 
@@ -52,8 +52,8 @@ def _hup_and_wait(service: Service, needle: str) -> None:
     """Send SIGHUP and wait until the service logs ``needle`` once more."""
     before = _log_count(service, needle)
     service.send_signal(signal.SIGHUP)
-    wait_until(
-        lambda: _log_count(service, needle) > before, RELOAD_TIMEOUT_S, f"log line {needle!r}"
+    poll(
+        lambda: _log_count(service, needle) > before, RELOAD_TIMEOUT_S, what=f"log line {needle!r}"
     )
 
 
@@ -189,7 +189,7 @@ def test_sigterm_closes_panes_and_removes_the_url_file(services: ServiceFactory)
     pid, worker_pid = _pane_pids(service)
     assert service.stop(signal.SIGTERM) == 0
     assert not service.url_file.exists()
-    wait_until(lambda: not _alive(pid) and not _alive(worker_pid), 10, "the pane to be closed")
+    poll(lambda: not _alive(pid) and not _alive(worker_pid), 10, what="the pane to be closed")
 
 
 def test_sigterm_with_keep_panes_leaves_panes_running(services: ServiceFactory) -> None:

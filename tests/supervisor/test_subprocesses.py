@@ -15,7 +15,8 @@ import pytest
 
 from protocol.errors import PanewardenError
 from supervisor.workers.subprocesses import ManagedChildren
-from tests.conftest import REPO, eventually
+from tests.conftest import REPO
+from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -79,7 +80,7 @@ async def test_a_timeout_kills_the_whole_process_group() -> None:
     )
     assert result.timed_out and result.returncode < 0
     grandchild = int(result.stdout.split()[0])
-    assert await eventually(lambda: _gone(grandchild), 10), f"pid {grandchild} survived"
+    assert await apoll(lambda: _gone(grandchild), 10), f"pid {grandchild} survived"
     assert children.pids() == set()
 
 
@@ -102,12 +103,12 @@ async def test_a_cancelled_run_kills_its_child() -> None:
     task = asyncio.ensure_future(
         children.run(["sleep", "60"], cwd="/", env={"PATH": "/usr/bin:/bin"}, timeout_s=60)
     )
-    assert await eventually(children.pids, 10)
+    assert await apoll(children.pids, 10)
     (pid,) = children.pids()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert await eventually(lambda: not children.pids(), 10)
+    assert await apoll(lambda: not children.pids(), 10)
     assert _gone(pid)
 
 

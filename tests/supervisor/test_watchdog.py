@@ -26,6 +26,7 @@ from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import PaneStatusFields
 from supervisor.config import load_config
 from supervisor.front.runtime import running_service
+from supervisor.panes.pane import LeaseTag
 from supervisor.panes.service import PaneService
 from supervisor.panes.watchdog import Watchdog, has_unchecked_item
 from tests.conftest import service_env
@@ -273,7 +274,7 @@ async def test_leased_and_exited_panes_are_not_nudged(
         await h.start()
         done = await h.turn("w1", "work")
         pane = h.service.registry.get("w1")
-        pane.lease = "lease-under-test"
+        pane.lease = LeaseTag("lease-under-test", "writer", "test")
         await h.idle_for(IDLE_S)
         await h.idle_for(IDLE_S)
         assert h.nudges() == 0

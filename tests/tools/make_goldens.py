@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.tools.record_cli import DEFAULT_OUT, Tokenizer
 
@@ -83,7 +84,7 @@ class Tmux:
             raise RuntimeError(f"{shlex.join(cmd)} failed: {res.stderr.strip()}")
         return res.stdout
 
-    def replay(self, data: bytes, cols: int, rows: int) -> dict:
+    def replay(self, data: bytes, cols: int, rows: int) -> dict[str, Any]:
         self.count += 1
         name = f"r{self.count}"
         src = self.tmp / f"{name}.bin"

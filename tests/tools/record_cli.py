@@ -50,6 +50,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import ptyprocess
@@ -193,7 +194,7 @@ class TrackerScreen(pyte.Screen):
     def __init__(self, cols: int, rows: int) -> None:
         super().__init__(cols, rows)
         self.alternate_on = False
-        self._saved_main: tuple | None = None
+        self._saved_main: tuple[dict[int, dict[int, Any]], int, int] | None = None
 
     def select_graphic_rendition(self, *attrs: int, private: bool = False) -> None:
         if not private:
@@ -644,13 +645,13 @@ def build_env(home: Path, prefix: Path, extra: dict[str, str]) -> dict[str, str]
     return env
 
 
-def kill_leftovers(sid: int, home: Path, workdir: Path) -> list[dict]:
+def kill_leftovers(sid: int, home: Path, workdir: Path) -> list[dict[str, Any]]:
     """SIGKILL every process in the program's session or living in its HOME/workdir.
 
     Daemons that escape with setsid keep the temporary HOME in their environment or cwd,
     which is how they are found. Returns what was killed, for the metadata.
     """
-    killed: list[dict] = []
+    killed: list[dict[str, Any]] = []
     me = os.getpid()
     roots = (str(home), str(workdir))
     for _ in range(5):
@@ -687,9 +688,10 @@ def kill_leftovers(sid: int, home: Path, workdir: Path) -> list[dict]:
     return killed
 
 
-def load_versions() -> dict:
+def load_versions() -> dict[str, Any]:
     try:
-        return json.loads(VERSIONS_FILE.read_text())
+        versions: dict[str, Any] = json.loads(VERSIONS_FILE.read_text())
+        return versions
     except OSError:
         return {}
 
@@ -711,8 +713,8 @@ class Recorder:
         self.show = show
         self.data = bytearray()
         self.chunks: list[list[float | int]] = []
-        self.events: list[dict] = []
-        self.marks: list[dict] = []
+        self.events: list[dict[str, Any]] = []
+        self.marks: list[dict[str, Any]] = []
         self.tokenizer = Tokenizer()
         self.tracker = Tracker(scenario.cols, scenario.rows)
         self.responder = Responder(scenario.cols, scenario.rows, self.tracker)
@@ -778,9 +780,9 @@ class Recorder:
             and pattern.search(bytes(self.data[max(0, since - 64) :])) is not None
         )
 
-    def run_step(self, step: Step) -> dict:
+    def run_step(self, step: Step) -> dict[str, Any]:
         started = time.monotonic()
-        result: dict = {
+        result: dict[str, Any] = {
             "step": {k: v for k, v in dataclasses.asdict(step).items() if v not in (None, "", 0.0)}
         }
         if step.exit is not None:
@@ -836,7 +838,7 @@ class Recorder:
             self.send(step.send)
         return result
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         sc = self.sc
         base = Path(tempfile.mkdtemp(prefix="pwrec-"))
         home = base / "home"
@@ -924,7 +926,7 @@ class Recorder:
 
 
 def parse_step(spec: str) -> Step:
-    kw: dict = {}
+    kw: dict[str, Any] = {}
     for part in spec.split(";"):
         if not part:
             continue
@@ -947,7 +949,7 @@ def find_scenario(cli: str, name: str) -> Scenario:
     raise SystemExit(f"no scenario {cli}/{name}")
 
 
-def summary(meta: dict) -> str:
+def summary(meta: dict[str, Any]) -> str:
     marks = ", ".join(
         f"{m['name']}@{m['offset']}{'' if m['stable'] else '(unstable)'}" for m in meta["marks"]
     )
