@@ -118,18 +118,22 @@ def test_supervisor_never_imports_paneworker() -> None:
         assert not _ours(_imports(path), "paneworker"), path
 
 
-def test_every_module_lives_in_a_known_room() -> None:
-    for package, rooms, top in (
-        ("supervisor", SUPERVISOR_ROOMS, SHARED_MODULES | {"__init__", "__main__"}),
-        ("paneworker", PANEWORKER_ROOMS, set(PANEWORKER_TOP)),
-    ):
-        for path in (REPO / package).iterdir():
-            if path.is_dir() and (path / "__init__.py").exists():
-                assert path.name in rooms, (
-                    f"new room {package}/{path.name}: add it here and to the docs"
-                )
-            elif path.suffix == ".py":
-                assert path.stem in top, f"{path}: put it in a room"
+def _check_known_rooms(package: str, rooms: dict[str, set[str]], top: set[str]) -> None:
+    for path in (REPO / package).iterdir():
+        if path.is_dir() and (path / "__init__.py").exists():
+            assert path.name in rooms, (
+                f"new room {package}/{path.name}: add it here and to the docs"
+            )
+        elif path.suffix == ".py":
+            assert path.stem in top, f"{path}: put it in a room"
+
+
+def test_every_supervisor_module_lives_in_a_known_room() -> None:
+    _check_known_rooms("supervisor", SUPERVISOR_ROOMS, SHARED_MODULES | {"__init__", "__main__"})
+
+
+def test_every_paneworker_module_lives_in_a_known_room() -> None:
+    _check_known_rooms("paneworker", PANEWORKER_ROOMS, set(PANEWORKER_TOP))
 
 
 def _room_problems(package: str, rooms: dict[str, set[str]], top: dict[str, set[str]]) -> list[str]:
@@ -150,7 +154,7 @@ def _room_problems(package: str, rooms: dict[str, set[str]], top: dict[str, set[
     return problems
 
 
-def test_supervisor_rooms_import_only_what_the_table_allows() -> None:
+def test_rooms_import_only_what_the_table_allows() -> None:
     shared = {m: set[str]() for m in SHARED_MODULES} | {"__init__": set(), "__main__": {"cli"}}
     rooms = {room: allowed | SHARED_MODULES for room, allowed in SUPERVISOR_ROOMS.items()}
     problems = _room_problems("supervisor", rooms, shared)
