@@ -20,6 +20,12 @@ from mcp import Client, StdioServerParameters
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Keep pytest's rewritten test modules cached (in tests/**/__pycache__) even when
+# PYTHONDONTWRITEBYTECODE is set, as it is on CI's machine: else every xdist worker rewrites
+# every test module again at collection, some 4 s of CPU per worker and run. This process
+# only; the services under test inherit the environment as it is.
+sys.dont_write_bytecode = False
+
 
 # ---------------------------------------------------------------- parallel runs (xdist)
 #
