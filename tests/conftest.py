@@ -18,6 +18,45 @@ from mcp import Client, StdioServerParameters
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Keep pytest's rewritten test modules cached (in tests/**/__pycache__) even when
+# PYTHONDONTWRITEBYTECODE is set, as it is on CI's machine: else every xdist worker rewrites
+# every test module again at collection, some 4 s of CPU per worker and run. This process
+# only; the services under test inherit the environment as it is.
+sys.dont_write_bytecode = False
+
+
+# ---------------------------------------------------------------- parallel runs (xdist)
+#
+# pyproject's addopts run the suite on pytest-xdist workers, a whole module per worker at
+# a time (``-n auto --dist loadscope``): a module's tests keep their order and share its
+# module-scoped fixtures (one service for the module), as in a serial run. ``-n 0`` runs
+# everything in one process. Tests of different workers never meet: each has its own state
+# dir (so its own runtime dir and ipc sockets, whose path is a hash of the state dir's),
+# ephemeral ports, uniquely marked processes and fresh HOMEs.
+#
+# (Not ``--dist loadgroup``: with pytest 9.2, xdist 3.8 cannot tag a test's node id with
+# its group, and xdist_group marks are silently ignored.)
+
+DURATIONS: dict[str, float] = json.loads((REPO / "tests" / "durations.json").read_text())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers per core (most tests wait on real processes more than they
+    compute), at least 2; ``PANEWARDEN_TEST_WORKERS`` overrides."""
+    raw = os.environ.get("PANEWARDEN_TEST_WORKERS", "")
+    if raw.isdigit():
+        return int(raw)
+    return max(2, 2 * len(os.sched_getaffinity(0)))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest modules first (``tests/durations.json``, measured by
+    ``tests/tools/durations.py``), so that no long module starts last while the other
+    workers idle. Only whole modules move; the sort is stable, so a module's tests keep
+    their order, and unmeasured modules keep theirs, after the measured ones."""
+    items.sort(key=lambda item: -DURATIONS.get(item.nodeid.split("::", 1)[0], 0.0))
+
 
 @pytest.fixture
 def anyio_backend() -> str:

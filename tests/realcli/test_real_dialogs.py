@@ -35,6 +35,8 @@ reply, no tool) ends ``done`` at turn 1 with the reply on screen, and the pane s
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,7 +103,11 @@ def fake_model(tmp_path: Path) -> Iterator[FakeModel]:
 @pytest.fixture
 async def dialog_env(tmp_path: Path, fake_model: FakeModel) -> AsyncIterator[Env]:
     home = tmp_path / "home"
-    work = tmp_path / "work"
+    # The CLIs draw the working directory on screen (Codex's footer: "model · <cwd> · <the
+    # session's first prompt>"): a short path of a fixed length keeps such a line from
+    # wrapping, whatever the temp root is (a pytest-NNN, an xdist worker's popen-gwN).
+    short = Path(tempfile.mkdtemp(prefix="pw-"))
+    work = short / "work"
     home.mkdir()
     work.mkdir()
     await anyio.run_process(["git", "init", "-q", str(work)])
@@ -132,6 +138,7 @@ async def dialog_env(tmp_path: Path, fake_model: FakeModel) -> AsyncIterator[Env
     finally:
         for proc in procs_of(home):
             proc.kill()
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def _need(cli: str) -> None:

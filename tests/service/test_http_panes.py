@@ -133,6 +133,10 @@ def test_audit_records_each_mutating_call_and_no_prompt_text(setup: Setup) -> No
     assert marker not in setup.service.stderr()
 
 
+# 11 s alone on a quiet 2-core machine; beside other tests (xdist) every one of its 3200
+# calls waits its turn for a core several times, 60-90 s, more with other load: the bounds
+# are generous, nothing here asserts a speed.
+@pytest.mark.timeout(300)
 def test_sixteen_clients_with_two_hundred_calls_each_lose_nothing(setup: Setup) -> None:
     async def client_run(index: int) -> tuple[str, int, int, int, int]:
         who = f"load{index:02d}"
@@ -165,7 +169,7 @@ def test_sixteen_clients_with_two_hundred_calls_each_lose_nothing(setup: Setup) 
         return list(await asyncio.gather(*(client_run(i) for i in range(LOAD_CLIENTS))))
 
     started = time.monotonic()
-    results = run(everyone(), 120)
+    results = run(everyone(), 270)
     elapsed = time.monotonic() - started
     print(f"{LOAD_CLIENTS} clients x {LOAD_CALLS} calls in {elapsed:.1f} s")
     for pane, inputs, turns, seq_delta, seq_per_turn in results:
