@@ -69,13 +69,14 @@ SETUPS = {
     "gemini-auth": ("gemini", GEMINI, {}),
     "qwen-provider": ("qwen", QWEN, {}),
     "qwen-trust": ("qwen", QWEN, {}),
-    # Two lanes of starts per CLI, each with its own HOME. Gemini without its relaunch (a
-    # second node process started only for a larger heap): half the start-up CPU, the same
-    # screens.
+    # Two lanes of starts per CLI, each with its own HOME. Gemini and Qwen Code without
+    # their relaunch (a second node process started only for a larger heap or GC flags):
+    # less start-up CPU, the same screens. The dialog and trust tests keep the relaunch,
+    # so its process tree is still the one cleaned up there.
     "gemini-a": ("gemini", GEMINI, {"GEMINI_CLI_NO_RELAUNCH": "true"}),
     "gemini-b": ("gemini", GEMINI, {"GEMINI_CLI_NO_RELAUNCH": "true"}),
-    "qwen-a": ("qwen", QWEN, {}),
-    "qwen-b": ("qwen", QWEN, {}),
+    "qwen-a": ("qwen", QWEN, {"QWEN_CODE_NO_RELAUNCH": "true"}),
+    "qwen-b": ("qwen", QWEN, {"QWEN_CODE_NO_RELAUNCH": "true"}),
 }
 LANES = ("a", "b")
 
