@@ -1,12 +1,12 @@
-"""Reading Git, and only reading it: the one module that runs ``git`` for the lanes.
+"""Reading Git, and only reading it: the one module that runs ``git`` in the supervisor.
 
-Every command is a fixed argv, ``git --no-optional-locks -c core.fsmonitor=false -C DIR
-…`` (no index refresh written, no fsmonitor hook run), with a cleared environment
-(``PATH``, ``LANG=C``, ``HOME=/nonexistent``: no global configuration, and no ``GIT_*``
-variable from the supervisor's environment) and a timeout. It runs through a
-``ChildRunner`` (the supervisor's managed helpers), which is also the seam where tests
-inject failures. Any failure is ``git_precondition`` with Git's first line of complaint;
-no command here ever changes a repository, a worktree, an index or a ref.
+Every command is a fixed argv and environment built by :mod:`supervisor.lanes.git_command`
+(no program the repository names runs; a command that reads the index reads a private
+copy of it), with a timeout. Each query first lists the repository's config keys, to
+neutralise every filter driver it defines. It runs through a ``ChildRunner`` (the
+supervisor's managed helpers), which is also the seam where tests inject failures. Any
+failure is ``git_precondition`` with Git's first line of complaint; no command here ever
+changes a repository, a worktree, an index or a ref.
 
 A *linked worktree* is one whose git dir differs from the repository's common dir: the
 primary checkout and an independent clone have them equal and are refused as writer
@@ -20,10 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, PanewardenError
+from supervisor.lanes import git_command
+from supervisor.lanes.refs import short_branch
 from supervisor.workers.subprocesses import ChildResult, ChildRunner
 
 GIT_TIMEOUT_S = 30.0
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Small answers (refs, paths); larger outputs say how much they may be.
 SMALL_OUTPUT = 64 * 1024
 LIST_OUTPUT = 16 * 1024 * 1024
@@ -50,16 +51,6 @@ class Digest:
 
     sha256: str
     size: int
-
-
-def git_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment every git command gets: nothing inherited but ``PATH``."""
-    return {
-        "PATH": environ.get("PATH") or DEFAULT_PATH,
-        "LANG": "C",
-        "LC_ALL": "C",
-        "HOME": "/nonexistent",
-    }
 
 
 def _real_layout(toplevel: str, git_dir: str, common_dir: str) -> Layout:
@@ -89,18 +80,53 @@ class Git:
         timeout_s: float = GIT_TIMEOUT_S,
     ) -> None:
         self._runner = runner
-        self._env = git_environment(environ)
+        self._environ = dict(environ)
         self._timeout_s = timeout_s
 
     async def _run(
-        self, directory: str, *args: str, limit: int = SMALL_OUTPUT, ok: tuple[int, ...] = (0,)
+        self,
+        directory: str,
+        *args: str,
+        limit: int = SMALL_OUTPUT,
+        ok: tuple[int, ...] = (0,),
+        reads_index: bool = False,
     ) -> ChildResult:
-        argv = ["git", "--no-optional-locks", "-c", "core.fsmonitor=false", "-C", directory]
+        # The filter drivers the repository defines, to neutralise each by name: the
+        # listing itself runs nothing and reads no index.
+        bare_env = git_command.environment(self._environ)
+        listing = await self._exec(
+            directory, git_command.LIST_CONFIG_ARGS, bare_env, limit=LIST_OUTPUT
+        )
+        if listing.truncated:
+            raise PanewardenError(
+                ErrorCode.GIT_PRECONDITION, f"the Git config of {directory} is too large"
+            )
+        drivers = git_command.filter_drivers(git_command.parse_config_keys(listing.stdout))
+        env = git_command.environment(self._environ, drivers)
+        if not reads_index:
+            return await self._exec(directory, args, env, limit=limit, ok=ok)
+        git_dir = await self._exec(
+            directory, ("rev-parse", "--path-format=absolute", "--git-dir"), env
+        )
+        found = git_dir.stdout.decode(errors="surrogateescape").rstrip("\n")
+        async with git_command.private_index(found) as index:
+            env = git_command.environment(self._environ, drivers, index_file=index)
+            return await self._exec(directory, args, env, limit=limit, ok=ok)
+
+    async def _exec(
+        self,
+        directory: str,
+        args: tuple[str, ...],
+        env: dict[str, str],
+        *,
+        limit: int = SMALL_OUTPUT,
+        ok: tuple[int, ...] = (0,),
+    ) -> ChildResult:
         try:
             result = await self._runner(
-                [*argv, *args],
+                git_command.argv(directory, args),
                 cwd="/",
-                env=self._env,
+                env=env,
                 timeout_s=self._timeout_s,
                 output_limit=limit,
             )
@@ -132,12 +158,17 @@ class Git:
             )
         return _real_layout(*lines)
 
-    async def branch(self, directory: str) -> str | None:
-        """The checked-out branch's short name; None when HEAD is detached."""
-        result = await self._run(directory, "symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1))
+    async def head_ref(self, directory: str) -> str | None:
+        """The full ref HEAD names (``refs/heads/…``); None when HEAD is detached."""
+        result = await self._run(directory, "symbolic-ref", "--quiet", "HEAD", ok=(0, 1))
         if result.returncode == 1:
             return None
         return result.stdout.decode(errors="surrogateescape").rstrip("\n")
+
+    async def branch(self, directory: str) -> str | None:
+        """The checked-out branch's name (``refs/heads/`` dropped); None when detached."""
+        ref = await self.head_ref(directory)
+        return None if ref is None else short_branch(ref)
 
     async def head(self, directory: str) -> str:
         """The full id of the commit HEAD names."""
@@ -153,7 +184,12 @@ class Git:
     async def status(self, directory: str) -> Digest:
         """SHA-256 of the exact ``status --porcelain=v1 --untracked-files=all`` bytes."""
         result = await self._run(
-            directory, "status", "--porcelain=v1", "--untracked-files=all", limit=0
+            directory,
+            "status",
+            "--porcelain=v1",
+            "--untracked-files=all",
+            limit=0,
+            reads_index=True,
         )
         return Digest(result.stdout_sha256, result.stdout_size)
 
@@ -170,13 +206,20 @@ class Git:
             base,
             "--",
             limit=0,
+            reads_index=True,
         )
         return Digest(result.stdout_sha256, result.stdout_size)
 
     async def untracked(self, directory: str) -> list[str]:
         """Untracked, not ignored files (worktree-relative paths), sorted bytewise."""
         result = await self._run(
-            directory, "ls-files", "--others", "--exclude-standard", "-z", limit=LIST_OUTPUT
+            directory,
+            "ls-files",
+            "--others",
+            "--exclude-standard",
+            "-z",
+            limit=LIST_OUTPUT,
+            reads_index=True,
         )
         if result.truncated:
             raise PanewardenError(

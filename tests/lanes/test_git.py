@@ -70,13 +70,12 @@ async def test_linked_worktrees_are_told_from_the_primary_checkout_and_clones(
     assert await gitq.branch(str(wt)) is None
 
     for argv, child_env in runner.calls:
-        assert argv[:5] == ["git", "--no-optional-locks", "-c", "core.fsmonitor=false", "-C"]
-        assert child_env == {
-            "PATH": HOST["PATH"],
-            "LANG": "C",
-            "LC_ALL": "C",
-            "HOME": "/nonexistent",
-        }
+        assert argv[:4] == ["git", "--no-pager", "--no-optional-locks", "-C"]
+        # Nothing of the supervisor's environment but PATH (its GIT_DIR above among it).
+        assert child_env["PATH"] == HOST["PATH"] and child_env["HOME"] == "/nonexistent"
+        assert child_env["GIT_CONFIG_GLOBAL"] == "/dev/null"
+        assert child_env["GIT_CONFIG_NOSYSTEM"] == "1"
+        assert not {"GIT_DIR", "GIT_WORK_TREE"} & set(child_env)
 
 
 async def test_the_status_digest_is_that_of_the_command_line(repo: Repo) -> None:

@@ -1,0 +1,124 @@
+"""No panewarden Git call runs a program the repository names or writes an index, and
+the status digest is still what the operator's shell prints; tested against a
+repository that names a marker-writing program at every point Git runs one."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from supervisor.lanes.git import Git
+from supervisor.lanes.worktree_digest import worktree_digest
+from supervisor.workers.subprocesses import ManagedChildren
+from tests.lanes.gitrepo import GIT_ENV, Repo, git, make_repo, status_sha256
+from tests.lanes.hostile import Hostile, make_hostile
+
+pytestmark = pytest.mark.anyio
+HOST = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+SUPERVISOR = Path(__file__).resolve().parents[2] / "supervisor"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Repo:
+    return make_repo(tmp_path)
+
+
+def _plain(cwd: Path, *args: str) -> bytes:
+    """``git ARGS`` as an operator's shell runs it (the repository's config in force)."""
+    return subprocess.run(
+        ["git", "-C", str(cwd), *args],
+        env=GIT_ENV, stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=True,
+    ).stdout  # fmt: skip
+
+
+def _live(hostile: Hostile, wt: Path, base: str) -> None:
+    """Plain Git runs the repository's programs and rewrites the index: what the checks
+    below look for is there to be found."""
+    before = hostile.fingerprint()
+    hostile.touch(wt)
+    _plain(wt, "status", "--porcelain=v1", "--untracked-files=all")
+    _plain(wt, "diff", base, "--")
+    ran = set(hostile.ran())
+    assert {"filter-clean", "filter-eq-clean", "fsmonitor", "post-index-change"} <= ran, ran
+    assert "diff-external" in ran or "diff-command" in ran, ran
+    assert hostile.fingerprint() != before
+    hostile.log.unlink()
+
+
+async def test_no_git_query_runs_a_repository_program_or_writes_an_index(repo: Repo) -> None:
+    wt = repo.worktree("wt-a", "lane-a")
+    hostile = make_hostile(repo, wt)
+    (wt / "src" / "a.py").write_text("def answer() -> int:\n    return 43\n")
+    (wt / "docs" / "guide.md").write_text("# Guide, edited\n")
+    (wt / "notes.txt").write_text("untracked\n")
+    _live(hostile, wt, repo.base)
+
+    hostile.touch(wt)
+    before = hostile.fingerprint()
+    gitq = Git(ManagedChildren().run, HOST)
+    for where in (str(wt), str(repo.root)):
+        await gitq.layout(where)
+        await gitq.branch(where)
+        head = await gitq.head(where)
+        assert await gitq.is_ancestor(where, repo.base, head)
+        await gitq.status(where)
+        await gitq.diff_from(where, repo.base)
+        await gitq.untracked(where)
+        assert await gitq.show(where, head, "src/a.py", 65536) is not None
+        await worktree_digest(gitq, where, repo.base)
+    status = await gitq.status(str(wt))
+
+    assert hostile.ran() == []
+    assert hostile.fingerprint() == before
+    # The filters are identities: raw bytes and cleaned bytes agree, and so does the
+    # digest with what the operator's shell prints (which runs them).
+    assert (
+        status.sha256
+        == hashlib.sha256(
+            _plain(wt, "status", "--porcelain=v1", "--untracked-files=all")
+        ).hexdigest()
+    )
+
+
+async def test_a_stale_file_whose_filter_changes_it_reads_as_its_raw_bytes(
+    repo: Repo, tmp_path: Path
+) -> None:
+    """Git cannot run the clean filter here, so a filtered file with stale stat data is
+    compared as it is on disk; once the operator's own ``git status`` has refreshed the
+    index (it writes it), both agree again."""
+    wt = repo.worktree("wt-a", "lane-a")
+    strip = tmp_path / "strip.sh"
+    strip.write_text("#!/bin/sh\nsed 's/ *$//'\n")
+    strip.chmod(0o755)
+    git(repo.root, "config", "filter.strip.clean", str(strip))
+    (wt / ".gitattributes").write_text("*.txt filter=strip\n")
+    (wt / "spaced.txt").write_text("trailing   \n")
+    git(wt, "add", ".gitattributes", "spaced.txt")
+    git(wt, "commit", "-q", "-m", "a filtered file")
+    assert git(wt, "cat-file", "blob", "HEAD:spaced.txt") == "trailing"
+    gitq = Git(ManagedChildren().run, HOST)
+    info = os.stat(wt / "spaced.txt")
+    os.utime(wt / "spaced.txt", ns=(info.st_atime_ns, info.st_mtime_ns - 10_000_000_000))
+
+    raw = await gitq.status(str(wt))
+    assert raw.sha256 == hashlib.sha256(b" M spaced.txt\n").hexdigest()
+    assert status_sha256(wt) == hashlib.sha256(b"").hexdigest()  # refreshes the index
+    assert (await gitq.status(str(wt))).sha256 == status_sha256(wt)
+
+
+def test_no_other_supervisor_module_runs_git() -> None:
+    """Only supervisor/lanes/git.py names the git program (its argv comes from
+    git_command.py): no other module can run Git around the isolation."""
+    found = []
+    for path in sorted(SUPERVISOR.rglob("*.py")):
+        if path.name in ("git.py", "git_command.py") and path.parent.name == "lanes":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and node.value in ("git", "/usr/bin/git"):
+                found.append(f"{path.relative_to(SUPERVISOR)}:{node.lineno}")
+    assert found == []
