@@ -41,6 +41,7 @@ from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLeas
 from supervisor.lanes.closing import begin_close, finish_close
 from supervisor.lanes.git import Git
 from supervisor.lanes.provisioning import start_leased_pane
+from supervisor.lanes.refs import BRANCH_PREFIX, branch_ref, protected_refs, short_branch
 from supervisor.lanes.scopes import first_overlap, normalise_scopes
 
 # States from which a release may (again) be asked for.
@@ -169,13 +170,17 @@ class WriterLanes:
                 f"{req.worktree} is a repository's primary checkout or an independent clone; "
                 "writers work only in linked worktrees (git worktree add)"
             )
-        branch = await self._git.branch(worktree)
-        if branch is None:
+        ref = await self._git.head_ref(worktree)
+        if ref is None:
             raise _precondition(f"HEAD is detached in {req.worktree}; check out {req.branch!r}")
-        if branch != req.branch:
-            raise _precondition(f"{req.worktree} has {branch!r} checked out, not {req.branch!r}")
-        if branch in req.protected_branches:
-            raise _precondition(f"branch {branch!r} is protected; writers never work on it")
+        if not ref.startswith(BRANCH_PREFIX):
+            raise _precondition(f"HEAD in {req.worktree} names {ref!r}, which is not a branch")
+        branch = short_branch(ref)
+        # Full ref names on both sides: `heads/x` and `refs/heads/x` are `x` too.
+        if ref != branch_ref(req.branch):
+            raise _precondition(f"{req.worktree} has {ref!r} checked out, not {req.branch!r}")
+        if ref in protected_refs(req.protected_branches):
+            raise _precondition(f"branch {ref!r} is protected; writers never work on it")
         head = await self._git.head(worktree)
         if head != req.expected_head:
             raise _precondition(f"HEAD is {head}, not the expected {req.expected_head}")

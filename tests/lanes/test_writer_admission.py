@@ -115,3 +115,26 @@ async def test_an_independent_clone_and_a_worktree_with_a_pane_are_refused(lanes
     assert pane["pane"]["cwd"] == str(wt / "src")
     assert await lanes.refused("x2", wt, "lane-p", ["src"]) == "scope_conflict"
     assert await _panes(lanes) == ["squatter"] and await _leases(lanes) == []
+
+
+async def test_a_protected_branch_or_a_branch_named_by_its_full_ref_is_resolved(
+    lanes: Lanes,
+) -> None:
+    """``refs/heads/pb`` and ``heads/pb`` name branch ``pb``: as protected branches they
+    protect it, as ``branch`` they select it; both sides are compared as full refs."""
+    repo = lanes.repo
+    wt = repo.worktree("wt-pb", "pb")
+    for protected in (["pb"], ["refs/heads/pb"], ["heads/pb"], ["main", "refs/heads/pb"]):
+        assert await lanes.refused("p1", wt, "pb", ["src"], protected=protected) == (
+            "git_precondition"
+        ), protected
+    for alias in ("refs/heads/pb", "heads/pb"):
+        assert await lanes.refused("p2", wt, alias, ["src"], protected=["pb"]) == (
+            "git_precondition"
+        ), alias
+    # A branch that only looks like the checked-out one is not it.
+    assert await lanes.refused("p3", wt, "refs/heads/heads/pb", ["src"]) == "git_precondition"
+    assert await _panes(lanes) == [] and await _leases(lanes) == []
+
+    lease = await lanes.start("p4", wt, "refs/heads/pb", ["src"], protected=["heads/main"])
+    assert lease["state"] == "active" and lease["branch"] == "pb"
