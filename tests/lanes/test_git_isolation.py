@@ -15,7 +15,8 @@ import pytest
 from supervisor.lanes.git import Git
 from supervisor.lanes.worktree_digest import worktree_digest
 from supervisor.workers.subprocesses import ManagedChildren
-from tests.lanes.gitrepo import GIT_ENV, Repo, git, make_repo, status_sha256
+from tests.lanes.conftest import CHECKPOINT_SHA, Lanes
+from tests.lanes.gitrepo import GIT_ENV, Repo, git, head, make_repo, status_sha256
 from tests.lanes.hostile import Hostile, make_hostile
 
 pytestmark = pytest.mark.anyio
@@ -109,6 +110,47 @@ async def test_a_stale_file_whose_filter_changes_it_reads_as_its_raw_bytes(
     assert raw.sha256 == hashlib.sha256(b" M spaced.txt\n").hexdigest()
     assert status_sha256(wt) == hashlib.sha256(b"").hexdigest()  # refreshes the index
     assert (await gitq.status(str(wt))).sha256 == status_sha256(wt)
+
+
+@pytest.mark.timeout(180)
+async def test_no_writer_or_verification_tool_runs_a_repository_program(lanes: Lanes) -> None:
+    """writer_start, verification_snapshot and writer_release on a hostile repository:
+    not one marker, and every index byte-identical with the same mtime after each."""
+    repo = lanes.repo
+    wt = repo.worktree("wt-a", "lane-a")
+    hostile = make_hostile(repo, wt)
+    (wt / "src" / "a.py").write_text("def answer() -> int:\n    return 43\n")
+    (wt / "notes.txt").write_text("untracked\n")
+    _live(hostile, wt, repo.base)
+    # The evidence, as the coordinator's shell reads it (running the programs).
+    args = lanes.writer_args("alpha", wt, "lane-a", ["src"])
+    hostile.log.unlink(missing_ok=True)
+    hostile.touch(wt)
+    before = hostile.fingerprint()
+
+    lease = await lanes.tools.call("writer_start", **args)
+    assert lease["state"] == "active"
+    assert (hostile.ran(), hostile.fingerprint()) == ([], before)
+    snap = await lanes.tools.call("verification_snapshot", lease_id=lease["lease_id"])
+    assert snap["status_sha256"] == args["expected_status_sha256"]
+    assert (hostile.ran(), hostile.fingerprint()) == ([], before)
+
+    seen = await lanes.tools.wait("alpha", until=["idle"])
+    release = {
+        "creds": lanes.creds,
+        "lease_id": lease["lease_id"],
+        "expected_seq": seen["seq"],
+        "expected_head": head(wt),
+        "expected_status_sha256": status_sha256(wt),
+        "checkpoint_ref": "issue 10 checkpoint",
+        "checkpoint_sha256": CHECKPOINT_SHA,
+    }
+    hostile.log.unlink(missing_ok=True)
+    hostile.touch(wt)
+    before = hostile.fingerprint()
+    released = await lanes.tools.call("writer_release", **release)
+    assert released["state"] == "released"
+    assert (hostile.ran(), hostile.fingerprint()) == ([], before)
 
 
 def test_no_other_supervisor_module_runs_git() -> None:
