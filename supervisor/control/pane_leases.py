@@ -94,6 +94,15 @@ class PaneLeases:
                 return lease
         return None
 
+    def writer_worktrees(self) -> list[tuple[str, str]]:
+        """(worktree, lease id) of every retained writer lease: only its pane may run
+        there (the registry's ``guard_directories``)."""
+        return [
+            (lease.writer.worktree, lease.lease_id)
+            for lease in self.all("writer")
+            if lease.state in RETAINED_STATES and lease.writer is not None
+        ]
+
     def tag(self, pane: Pane, lease: PaneLease) -> None:
         """Mark ``pane`` as driven through ``lease``."""
         pane.lease = LeaseTag(lease.lease_id, lease.lease_type, lease.controller_id)

@@ -23,6 +23,7 @@ class ControlService:
         self.stores = ControlStores(config.state_dir, lock_wait_s=config.store_lock_wait_s)
         self.authority = ControllerAuthority(self.stores, min_ttl_s=config.lease_ttl_min_s)
         self.leases = PaneLeases(self.stores, panes.registry)
+        panes.registry.guard_directories(self.leases.writer_worktrees)
         self.context = ControlContext(
             self.stores,
             self.authority,

@@ -95,10 +95,6 @@ def _real_directory(path: str) -> str:
     return real
 
 
-def _inside(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
-
-
 class WriterLanes:
     """writer_start, writer_list, writer_release."""
 
@@ -223,11 +219,11 @@ class WriterLanes:
             hit = first_overlap(terms.locked_scopes, other.owned_scopes)
             if hit is not None:
                 raise _conflict(f"locked scope {hit[0]!r} overlaps {hit[1]!r} owned by {who}")
-        for pane in self._ctx.registry.every_worker_pane():
-            if pane.status.lifecycle != "lost" and _inside(
-                os.path.realpath(pane.cwd), terms.worktree
-            ):
-                raise _conflict(f"pane {pane.name!r} already runs in {terms.worktree}")
+        # Starting panes included: the registry records where a start runs in the same
+        # step as it checks the writer worktrees (this lease's too, once it is saved).
+        inside = self._ctx.registry.panes_inside(terms.worktree)
+        if inside:
+            raise _conflict(f"pane {inside[0]!r} already runs in {terms.worktree}")
         if self._ctx.leases.retained_for(name) is not None:
             raise PanewardenError(
                 ErrorCode.PANE_EXISTS, f"a retained lease already names pane {name!r}"

@@ -103,6 +103,8 @@ class PaneLifecycle:
                 rows=rows,
                 environ=self._config.environ,
             )
+            # No await between this check of the directory and its record.
+            self._registry.place(name, spec.cwd, None if lease is None else lease.lease_id)
             handle, boot = self._workers.prepare(
                 PaneLaunch(
                     pane=name,

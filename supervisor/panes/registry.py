@@ -8,6 +8,13 @@ restart are listed at once, but every lookup through ``ready`` waits (bounded) u
 the worker has introduced itself, so no answer shows a re-adopted pane as
 ``starting`` with seq 0.
 
+Where a start will run is recorded (``place``) in the same synchronous step as the check
+that it may: a directory a lease holds exclusively (a writer's worktree, named by
+``guard_directories``) takes only that lease's pane, and that one only while no other
+pane is starting or running in it. A writer's admission looks at the same record
+(``panes_inside``), so a plain ``start_pane`` and a ``writer_start`` into one worktree
+can never both get in, whichever comes first.
+
 Worker events reach panes here and only here: the registry is the single writer of
 every pane's status (``Pane.observe`` for the worker's records, ``Pane.mark_lost``
 when the worker died).
@@ -17,7 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from protocol.errors import ErrorCode, PanewardenError
@@ -32,6 +40,17 @@ log = logging.getLogger(__name__)
 ADOPTION_WAIT_S = 8.0
 
 OutputSink = Callable[[OutputMatch], None]
+# (directory, lease id) pairs: directories only that lease's pane may run in.
+ExclusiveDirs = Callable[[], Iterable[tuple[str, str]]]
+
+
+def _no_exclusive_dirs() -> list[tuple[str, str]]:
+    return []
+
+
+def inside(path: str, top: str) -> bool:
+    """True when real path ``path`` is ``top`` or below it."""
+    return path == top or path.startswith(top.rstrip("/") + "/")
 
 
 class PaneRegistry:
@@ -41,6 +60,9 @@ class PaneRegistry:
         self.panes: dict[str, Pane] = {}
         self._by_instance: dict[str, Pane] = {}
         self._reserved: set[str] = set()
+        # Reserved names whose start has been placed: the real directory it runs in.
+        self._placed: dict[str, str] = {}
+        self._exclusive: ExclusiveDirs = _no_exclusive_dirs
         self._adopting: dict[str, asyncio.Task[None]] = {}
         self._output_sinks: list[OutputSink] = []
 
@@ -62,6 +84,44 @@ class PaneRegistry:
             yield
         finally:
             self._reserved.discard(name)
+            self._placed.pop(name, None)
+
+    def guard_directories(self, exclusive: ExclusiveDirs) -> None:
+        """Keep starts out of the directories ``exclusive`` names (see the module doc)."""
+        self._exclusive = exclusive
+
+    def place(self, name: str, cwd: str, lease_id: str | None) -> None:
+        """Record that the start reserved as ``name`` runs in ``cwd`` (started under
+        ``lease_id``, if any), checked in this one step.
+
+        Raises:
+            PanewardenError: ``scope_conflict`` when ``cwd`` is in a directory another
+                lease holds, or in its own lease's while another pane is there.
+        """
+        real = os.path.realpath(cwd)
+        for top, owner in self._exclusive():
+            if not inside(real, top):
+                continue
+            if owner != lease_id:
+                raise PanewardenError(
+                    ErrorCode.SCOPE_CONFLICT,
+                    f"{top} is the worktree of writer lease {owner}; no other pane starts there",
+                )
+            others = self.panes_inside(top)
+            if others:
+                raise PanewardenError(
+                    ErrorCode.SCOPE_CONFLICT, f"pane {others[0]!r} already runs in {top}"
+                )
+        self._placed[name] = real
+
+    def panes_inside(self, top: str) -> list[str]:
+        """Panes starting (placed) or running (not lost) in real directory ``top`` or
+        below it, by name."""
+        found = {name for name, where in self._placed.items() if inside(where, top)}
+        for pane in self._by_instance.values():
+            if pane.status.lifecycle != "lost" and inside(os.path.realpath(pane.cwd), top):
+                found.add(pane.name)
+        return sorted(found)
 
     def track(self, pane: Pane) -> None:
         """Know ``pane`` by its worker instance (events and death find it) before it runs."""
