@@ -2,8 +2,9 @@
 
 Every command is a fixed argv and environment built by :mod:`supervisor.lanes.git_command`
 (no program the repository names runs; a command that reads the index reads a private
-copy of it), with a timeout. Each query first lists the repository's config keys, to
-neutralise every filter driver it defines. It runs through a ``ChildRunner`` (the
+copy of it), with a timeout. Each query first lists the repository's config keys (and,
+for a command that looks into submodules, each submodule's), to neutralise every filter
+driver they define. It runs through a ``ChildRunner`` (the
 supervisor's managed helpers), which is also the seam where tests inject failures. Any
 failure is ``git_precondition`` with Git's first line of complaint; no command here ever
 changes a repository, a worktree, an index or a ref.
@@ -15,6 +16,7 @@ lanes. The repository's identity is the realpath of its common dir.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +31,9 @@ GIT_TIMEOUT_S = 30.0
 SMALL_OUTPUT = 64 * 1024
 LIST_OUTPUT = 16 * 1024 * 1024
 MESSAGE_LIMIT = 300
+LAYOUT_ARGS = (
+    "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-dir", "--git-common-dir",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -58,15 +63,13 @@ def _real_layout(toplevel: str, git_dir: str, common_dir: str) -> Layout:
     return Layout(toplevel=real(toplevel), git_dir=real(git_dir), common_dir=real(common_dir))
 
 
-def _failure(what: str, directory: str, result: ChildResult) -> PanewardenError:
+def _failure(what: str, result: ChildResult) -> PanewardenError:
     if result.timed_out:
         why = f"took longer than {GIT_TIMEOUT_S:.0f}s"
     else:
         lines = result.stderr.decode(errors="replace").strip().splitlines()
         why = lines[0] if lines else f"exit status {result.returncode}"
-    return PanewardenError(
-        ErrorCode.GIT_PRECONDITION, f"git {what} in {directory}: {why}"[:MESSAGE_LIMIT]
-    )
+    return PanewardenError(ErrorCode.GIT_PRECONDITION, f"git {what}: {why}"[:MESSAGE_LIMIT])
 
 
 class Git:
@@ -91,27 +94,54 @@ class Git:
         ok: tuple[int, ...] = (0,),
         reads_index: bool = False,
     ) -> ChildResult:
-        # The filter drivers the repository defines, to neutralise each by name: the
-        # listing itself runs nothing and reads no index.
-        bare_env = git_command.environment(self._environ)
-        listing = await self._exec(
-            directory, git_command.LIST_CONFIG_ARGS, bare_env, limit=LIST_OUTPUT
-        )
-        if listing.truncated:
-            raise PanewardenError(
-                ErrorCode.GIT_PRECONDITION, f"the Git config of {directory} is too large"
-            )
-        drivers = git_command.filter_drivers(git_command.parse_config_keys(listing.stdout))
-        env = git_command.environment(self._environ, drivers)
+        # The listings run nothing and write nothing: they name the filter drivers to
+        # neutralise (the submodules' too where Git would look into them).
+        bare = git_command.environment(self._environ)
+        keys = await self._config_keys(git_command.argv(directory, ()), bare, directory)
         if not reads_index:
+            env = git_command.environment(self._environ, git_command.filter_drivers(keys))
             return await self._exec(directory, args, env, limit=limit, ok=ok)
-        git_dir = await self._exec(
-            directory, ("rev-parse", "--path-format=absolute", "--git-dir"), env
-        )
-        found = git_dir.stdout.decode(errors="surrogateescape").rstrip("\n")
-        async with git_command.private_index(found) as index:
+        where = (await self._line(directory, *LAYOUT_ARGS, env=bare)).split("\n")
+        if len(where) != 3:
+            raise PanewardenError(
+                ErrorCode.GIT_PRECONDITION, f"{directory} is not inside a Git worktree"
+            )
+        top, git_dir, common_dir = where
+        keys += await self._submodule_config_keys(directory, top, common_dir, bare)
+        drivers = git_command.filter_drivers(keys)
+        async with git_command.private_index(git_dir) as index:
             env = git_command.environment(self._environ, drivers, index_file=index)
             return await self._exec(directory, args, env, limit=limit, ok=ok)
+
+    async def _submodule_config_keys(
+        self, directory: str, top: str, common_dir: str, env: dict[str, str]
+    ) -> list[str]:
+        index = await self._exec(directory, git_command.LIST_INDEX_ARGS, env, limit=LIST_OUTPUT)
+        if index.truncated:
+            raise PanewardenError(
+                ErrorCode.GIT_PRECONDITION, f"the index of {directory} is over {LIST_OUTPUT} bytes"
+            )
+        links = git_command.gitlinks(index.stdout)
+        try:
+            git_dirs = await asyncio.to_thread(
+                git_command.submodule_git_dirs, top, common_dir, links
+            )
+        except ValueError as exc:
+            raise PanewardenError(ErrorCode.GIT_PRECONDITION, f"{directory}: {exc}") from None
+        keys: list[str] = []
+        for git_dir in git_dirs:
+            prefix = git_command.argv_for_git_dir(git_dir, ())
+            keys += await self._config_keys(prefix, env, git_dir)
+        return keys
+
+    async def _config_keys(self, prefix: list[str], env: dict[str, str], where: str) -> list[str]:
+        argv = [*prefix, *git_command.LIST_CONFIG_ARGS]
+        listing = await self._spawn(argv, env, LIST_OUTPUT, (0,), f"config in {where}")
+        if listing.truncated:
+            raise PanewardenError(
+                ErrorCode.GIT_PRECONDITION, f"the Git config of {where} is too large"
+            )
+        return git_command.parse_config_keys(listing.stdout)
 
     async def _exec(
         self,
@@ -122,36 +152,33 @@ class Git:
         limit: int = SMALL_OUTPUT,
         ok: tuple[int, ...] = (0,),
     ) -> ChildResult:
+        argv = git_command.argv(directory, args)
+        return await self._spawn(argv, env, limit, ok, f"{args[0]} in {directory}")
+
+    async def _spawn(
+        self, argv: list[str], env: dict[str, str], limit: int, ok: tuple[int, ...], what: str
+    ) -> ChildResult:
+        """Run one built argv; ``what`` (the command, where) names it in a failure."""
         try:
             result = await self._runner(
-                git_command.argv(directory, args),
-                cwd="/",
-                env=env,
-                timeout_s=self._timeout_s,
-                output_limit=limit,
+                argv, cwd="/", env=env, timeout_s=self._timeout_s, output_limit=limit
             )
         except PanewardenError as exc:
             raise PanewardenError(ErrorCode.GIT_PRECONDITION, exc.message) from None
         if result.timed_out or result.returncode not in ok:
-            raise _failure(args[0], directory, result)
+            raise _failure(what, result)
         return result
 
-    async def _line(self, directory: str, *args: str) -> str:
-        out = (await self._run(directory, *args)).stdout.decode(errors="surrogateescape")
-        return out.rstrip("\n")
+    async def _line(self, directory: str, *args: str, env: dict[str, str] | None = None) -> str:
+        if env is None:
+            result = await self._run(directory, *args)
+        else:
+            result = await self._exec(directory, args, env)
+        return result.stdout.decode(errors="surrogateescape").rstrip("\n")
 
     async def layout(self, directory: str) -> Layout:
         """The worktree top, git dir and common dir of ``directory`` (absolute, real)."""
-        lines = (
-            await self._line(
-                directory,
-                "rev-parse",
-                "--path-format=absolute",
-                "--show-toplevel",
-                "--git-dir",
-                "--git-common-dir",
-            )
-        ).split("\n")
+        lines = (await self._line(directory, *LAYOUT_ARGS)).split("\n")
         if len(lines) != 3 or not all(lines):
             raise PanewardenError(
                 ErrorCode.GIT_PRECONDITION, f"{directory} is not inside a Git worktree"

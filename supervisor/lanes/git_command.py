@@ -17,6 +17,11 @@ Nothing here may run one, nor write any index. Every command is therefore:
   driver side goes instead: ``clean``, ``smudge`` and ``process`` empty (Git runs no
   command for an empty one) and ``required`` false. The names come from ``git config
   --list``, which runs nothing;
+- the same for every filter driver a submodule's config defines (``git status`` and
+  ``git diff`` look into each checked-out submodule by running Git there, which reads
+  that config; the settings above reach it through the environment): the git dirs under
+  the common dir's ``modules/`` (absorbed submodules, nested ones included) and the
+  ``.git`` of every gitlink in the index (an embedded repository);
 - for a command that reads the index (status, diff, ls-files): ``GIT_INDEX_FILE``
   naming a private copy, with the original's mtime (Git's racy-entry check compares
   entries with the index file's mtime), in a private temp dir removed afterwards.
@@ -34,6 +39,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 
@@ -65,12 +71,81 @@ FILTER_NEUTRAL: tuple[tuple[str, str], ...] = (
 )
 # Lists the keys of every config the command will see (the repository's, its includes).
 LIST_CONFIG_ARGS = ("config", "--null", "--name-only", "--list")
+# Every index entry, NUL-terminated, with its mode: the gitlinks (submodules) among them.
+LIST_INDEX_ARGS = ("ls-files", "--stage", "--full-name", "-z")
+GITLINK_MODE = b"160000"
+# Parts of a git dir that never hold a submodule's git dir (not walked).
+NOT_MODULES = frozenset({"objects", "refs", "logs", "hooks", "info", "lfs", "worktrees"})
+MAX_SUBMODULES = 256
+GITFILE_LIMIT = 4096
 COPY_CHUNK = 1024 * 1024
 
 
 def argv(directory: str, args: Sequence[str]) -> list[str]:
     """The argv of one command run at ``directory``."""
     return ["git", *GLOBAL_OPTIONS, "-C", directory, *args]
+
+
+def argv_for_git_dir(git_dir: str, args: Sequence[str]) -> list[str]:
+    """The argv of one command about the repository at ``git_dir`` (no worktree)."""
+    return ["git", *GLOBAL_OPTIONS, f"--git-dir={git_dir}", *args]
+
+
+def gitlinks(listing: bytes) -> list[str]:
+    """The paths of the gitlinks in ``LIST_INDEX_ARGS`` output."""
+    found = []
+    for entry in listing.split(b"\0"):
+        meta, tab, path = entry.partition(b"\t")
+        if tab and meta.split(b" ", 1)[0] == GITLINK_MODE:
+            found.append(os.fsdecode(path))
+    return found
+
+
+def submodule_git_dirs(top: str, common_dir: str, links: Iterable[str]) -> list[str]:
+    """The git dirs of the submodules below ``top``: see the module docstring.
+
+    Returns:
+        Real paths, sorted, at most ``MAX_SUBMODULES``.
+
+    Raises:
+        ValueError: when there are more.
+    """
+    found: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(os.path.join(common_dir, "modules")):
+        if "HEAD" in filenames and "config" in filenames:
+            found.add(os.path.realpath(dirpath))
+            dirnames[:] = [d for d in dirnames if d not in NOT_MODULES]
+        if len(found) > MAX_SUBMODULES:
+            break
+    for link in links:
+        git_dir = _git_dir_of(os.path.join(top, link, ".git"))
+        if git_dir is not None:
+            found.add(git_dir)
+    if len(found) > MAX_SUBMODULES:
+        raise ValueError(f"more than {MAX_SUBMODULES} submodules")
+    return sorted(found)
+
+
+def _git_dir_of(dotgit: str) -> str | None:
+    """The git dir a ``.git`` entry names: itself (a directory) or a ``gitdir:`` file."""
+    try:
+        fd = os.open(dotgit, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            return os.path.realpath(dotgit)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        first = os.read(fd, GITFILE_LIMIT).split(b"\n", 1)[0]
+    finally:
+        os.close(fd)
+    if not first.startswith(b"gitdir: "):
+        return None
+    named = os.fsdecode(first[len(b"gitdir: ") :].rstrip(b"\r"))
+    real = os.path.realpath(os.path.join(os.path.dirname(dotgit), named))
+    return real if os.path.isdir(real) else None
 
 
 def filter_drivers(config_keys: Iterable[str]) -> list[str]:

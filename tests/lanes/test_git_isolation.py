@@ -112,6 +112,64 @@ async def test_a_stale_file_whose_filter_changes_it_reads_as_its_raw_bytes(
     assert (await gitq.status(str(wt))).sha256 == status_sha256(wt)
 
 
+def _marker_filter(tmp: Path, name: str) -> str:
+    program = tmp / f"{name}.sh"
+    program.write_text(f"#!/bin/sh\necho {name} >> '{tmp / 'ran.log'}'\ncat\n")
+    program.chmod(0o755)
+    return str(program)
+
+
+async def test_a_submodules_own_filter_drivers_are_neutralised_too(
+    repo: Repo, tmp_path: Path
+) -> None:
+    """Git looks into a checked-out submodule by running Git there, which reads the
+    submodule's config: an absorbed submodule's and an embedded repository's filter
+    drivers are neutralised as the superproject's are."""
+    wt = repo.worktree("wt-a", "lane-a")
+    library = tmp_path / "library"
+    library.mkdir()
+    (library / ".gitattributes").write_text("* filter=sub\n")
+    (library / "lib.txt").write_text("library\n")
+    git(library, "init", "-q", "-b", "main")
+    git(library, "add", "-A")
+    git(library, "commit", "-q", "-m", "library")
+    git(wt, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library), "lib")
+    embedded = wt / "embedded"
+    embedded.mkdir()
+    (embedded / ".gitattributes").write_text("* filter=emb\n")
+    (embedded / "e.txt").write_text("embedded\n")
+    git(embedded, "init", "-q", "-b", "main")
+    git(embedded, "add", "-A")
+    git(embedded, "commit", "-q", "-m", "embedded")
+    git(wt, "add", "embedded")
+    git(wt, "commit", "-q", "-m", "two submodules")
+    git(wt / "lib", "config", "filter.sub.clean", _marker_filter(tmp_path, "submodule"))
+    git(embedded, "config", "filter.emb.clean", _marker_filter(tmp_path, "embedded"))
+    log = tmp_path / "ran.log"
+
+    def touch() -> None:
+        for path in (wt / "lib" / "lib.txt", embedded / "e.txt"):
+            info = os.stat(path)
+            os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns - 10_000_000_000))
+
+    touch()
+    _plain(wt, "status", "--porcelain=v1", "--untracked-files=all")
+    assert set(log.read_text().split()) == {"submodule", "embedded"}, "the setup is not live"
+    log.unlink()
+    touch()
+    gitq = Git(ManagedChildren().run, HOST)
+    status = await gitq.status(str(wt))
+    await gitq.diff_from(str(wt), repo.base)
+    await worktree_digest(gitq, str(wt), repo.base)
+    assert not log.exists(), log.read_text()
+    assert (
+        status.sha256
+        == hashlib.sha256(
+            _plain(wt, "status", "--porcelain=v1", "--untracked-files=all")
+        ).hexdigest()
+    )
+
+
 @pytest.mark.timeout(180)
 async def test_no_writer_or_verification_tool_runs_a_repository_program(lanes: Lanes) -> None:
     """writer_start, verification_snapshot and writer_release on a hostile repository:
