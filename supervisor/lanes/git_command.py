@@ -37,11 +37,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import shutil
 import stat
 import tempfile
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+
+from protocol.errors import ErrorCode, PanewardenError
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 GLOBAL_OPTIONS = ("--no-pager", "--no-optional-locks")
@@ -203,6 +206,10 @@ async def private_index(git_dir: str) -> AsyncIterator[str]:
     When the repository has no index file yet the path names nothing (Git reads an
     empty index, as it would from the real one). The copy is removed on exit, even on
     cancellation. Copying a large index takes a while: off the event loop.
+
+    Raises:
+        PanewardenError: ``git_precondition`` when the index is not a regular file or
+            cannot be read.
     """
     tmp = tempfile.mkdtemp(prefix="panewarden-index-")
     try:
@@ -215,11 +222,21 @@ async def private_index(git_dir: str) -> AsyncIterator[str]:
 
 def _copy_index(source: str, copy: str) -> None:
     try:
-        src = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        _copy_file(source, copy)
     except FileNotFoundError:
         return
+    except OSError as exc:
+        raise PanewardenError(
+            ErrorCode.GIT_PRECONDITION, f"cannot copy the index {source}: {exc.strerror or exc}"
+        ) from None
+
+
+def _copy_file(source: str, copy: str) -> None:
+    src = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         info = os.fstat(src)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
         dst = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             while chunk := os.read(src, COPY_CHUNK):

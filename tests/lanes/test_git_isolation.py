@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from protocol.errors import PanewardenError
 from supervisor.lanes.git import Git
 from supervisor.lanes.worktree_digest import worktree_digest
 from supervisor.workers.subprocesses import ManagedChildren
@@ -222,3 +223,14 @@ def test_no_other_supervisor_module_runs_git() -> None:
             if isinstance(node, ast.Constant) and node.value in ("git", "/usr/bin/git"):
                 found.append(f"{path.relative_to(SUPERVISOR)}:{node.lineno}")
     assert found == []
+
+
+async def test_an_index_that_is_not_a_regular_file_is_git_precondition(repo: Repo) -> None:
+    wt = repo.worktree("wt-a", "lane-a")
+    index = Path(git(wt, "rev-parse", "--path-format=absolute", "--git-dir")) / "index"
+    index.rename(index.with_name("index.real"))
+    index.symlink_to(index.with_name("index.real"))
+    with pytest.raises(PanewardenError) as caught:
+        await Git(ManagedChildren().run, HOST).status(str(wt))
+    assert caught.value.code.value == "git_precondition"
+    assert "cannot copy the index" in caught.value.message
