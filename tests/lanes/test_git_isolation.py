@@ -173,7 +173,7 @@ async def test_a_submodules_own_filter_drivers_are_neutralised_too(
 
 @pytest.mark.timeout(180)
 async def test_no_writer_or_verification_tool_runs_a_repository_program(lanes: Lanes) -> None:
-    """writer_start, verification_snapshot and writer_release on a hostile repository:
+    """writer_start, verification_snapshot, verify and writer_release on a hostile repository:
     not one marker, and every index byte-identical with the same mtime after each."""
     repo = lanes.repo
     wt = repo.worktree("wt-a", "lane-a")
@@ -195,6 +195,16 @@ async def test_no_writer_or_verification_tool_runs_a_repository_program(lanes: L
     assert (hostile.ran(), hostile.fingerprint()) == ([], before)
 
     seen = await lanes.tools.wait("alpha", until=["idle"])
+    # The recipe is the repository's code too, but it runs in the sandbox and runs no Git.
+    record = await lanes.tools.call(
+        "verify",
+        creds=lanes.creds,
+        lease_id=lease["lease_id"],
+        recipe="slow-pass",
+        expected_worktree_sha256=snap["worktree_sha256"],
+    )
+    assert record["state"] == "passed", record
+    assert (hostile.ran(), hostile.fingerprint()) == ([], before)
     release = {
         "creds": lanes.creds,
         "lease_id": lease["lease_id"],
