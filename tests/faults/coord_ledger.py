@@ -2,10 +2,10 @@
 
 The ledger keeps a client-side log of every call (tool, arguments without credentials,
 outcome: ``ok``, an error code, or ``unknown`` when the service died under the call) and,
-per record, the states it was observed in, in the order they were observed. A record is
-observed only by the client that owns it (its controller's calls are sequential) and by
-the quiescent checkpoints after each restart, so the order of observations is the order
-of the states. The invariants (each failure names the record and the observations):
+per record, the states it was observed in. A record is observed only by its controller's
+own sessions and by the quiescent checkpoints after each restart; a controller's two
+sessions call concurrently, so an observation's history is only what ended before its
+call began. The invariants (each failure names the record and the observations):
 
 - **parses**: every record file under ``$STATE/leases`` and ``$STATE/receipts`` decodes
   strictly as its type; no file was set aside as ``*.json.corrupt``.
@@ -126,15 +126,23 @@ class Ledger:
     def fail(self, message: str) -> None:
         self.failures.append(f"{self.now():7.2f} {message}")
 
-    def observe(self, kind: str, key: str, state: str, source: str) -> None:
-        """Record that ``key`` read ``state``; a state its history does not allow fails."""
+    def observe(
+        self, kind: str, key: str, state: str, source: str, started: float | None = None
+    ) -> None:
+        """Record that ``key`` read ``state`` in a call begun at ``started`` (ledger time,
+        None: now); a state its history does not allow fails. Only observations that
+        ended before this one began are its history: concurrent calls of one controller
+        may see the record in either order."""
+        begun = self.now() if started is None else started
         history = self.seen[(kind, key)]
-        if history and state not in reachable(MACHINES[kind], history[-1].state):
-            trail = ", ".join(f"{o.state} ({o.source} @{o.at:.2f})" for o in history[-4:])
-            self.fail(
-                f"history: {kind} {key} read {state!r} ({source}) after {trail}: "
-                f"not reachable from {history[-1].state!r}"
-            )
+        for before in [o for o in history if o.at < begun]:
+            if state not in reachable(MACHINES[kind], before.state):
+                trail = ", ".join(f"{o.state} ({o.source} @{o.at:.2f})" for o in history[-4:])
+                self.fail(
+                    f"history: {kind} {key} read {state!r} ({source}, begun @{begun:.2f}) "
+                    f"after {before.state!r} ({before.source} @{before.at:.2f}); seen: {trail}"
+                )
+                break
         history.append(Observation(state, source, self.now()))
 
     def granted(self, kind: str, key: str) -> None:

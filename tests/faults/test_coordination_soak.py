@@ -2,8 +2,9 @@
 
 One ``panewarden serve --http`` service with named clients runs the demo agent (every
 program and worker marked, see ``tests.faults.Marks``) on a real Git repository with
-linked worktrees. ``CLIENTS`` clients, each its own identity and controller, take random
-steps for ``SOAK_S`` seconds (``PANEWARDEN_SOAK_S`` runs longer): acquire (or resume) their
+linked worktrees. ``CLIENTS`` clients, each its own identity and controller driven by ``SESSIONS``
+concurrent SDK sessions with the same credentials (so one controller's collect races its
+own abandon), take random steps for ``SOAK_S`` seconds (``PANEWARDEN_SOAK_S`` runs longer): acquire (or resume) their
 controller lease, start and close reviewers, start and release writers on shared
 worktrees with overlapping scopes (so writers collide), relay, batch_handoff,
 collect_handoffs, receipt_abandon, and list their receipts and leases. Meanwhile a chaos
@@ -53,6 +54,7 @@ pytestmark = pytest.mark.anyio
 
 SOAK_S = float(os.environ.get("PANEWARDEN_SOAK_S", "60"))
 CLIENTS = 3
+SESSIONS = 2
 WORKTREES = 4
 SCOPES = ["src", "src/a.py", "src/ab.py", "docs", "tests"]
 FAULT_EVERY_S = (4.0, 9.0)
@@ -85,7 +87,6 @@ class Soak:
     generation: int = 0
     over: bool = False
     faults: list[str] = field(default_factory=list)
-    clients: dict[str, SoakClient] = field(default_factory=dict)
     watchers: anyio.abc.TaskGroup | None = None
 
     @property
@@ -104,6 +105,9 @@ async def call(soak: Soak, who: str, client: Client, tool: str, args: dict[str, 
     except Exception as exc:  # whatever the SDK raises for a dead server
         soak.ledger.log_call(who, tool, args, f"unknown ({type(exc).__name__})")
         raise Died(repr(exc)) from None
+    except BaseException:  # cancelled: the session's transport broke under the call
+        soak.ledger.log_call(who, tool, args, "unknown (cancelled)")
+        raise
     if result.is_error:
         text = next((c.text for c in result.content if isinstance(c, TextContent)), "")
         try:
@@ -113,8 +117,6 @@ async def call(soak: Soak, who: str, client: Client, tool: str, args: dict[str, 
             soak.ledger.fail(f"{who} {tool}: untyped error {text[:200]!r}")
             body, code = {"code": "untyped", "message": text}, "untyped"
         soak.ledger.log_call(who, tool, args, f"error {code}")
-        if code == "fence_invalid" and who in soak.clients:
-            soak.clients[who].creds = None  # a call that died may have resumed the lease
         return {"error": body}
     soak.ledger.log_call(who, tool, args, "ok")
     return dict(result.structured_content or {})
@@ -132,17 +134,34 @@ class View:
     outstanding: dict[str, str] = field(default_factory=dict)  # receipt -> pane name
 
 
-class SoakClient:
-    """One identity (``http:client<N>``) driving its own controller ``ctl-<N>``."""
+@dataclass
+class Shared:
+    """What a controller's sessions share: its credentials and its pane names."""
 
-    def __init__(self, soak: Soak, cid: int, rng: random.Random) -> None:
+    creds: dict[str, str] | None = None
+    counter: int = 0
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+
+class SoakClient:
+    """One session of identity ``http:client<N>`` driving its controller ``ctl-<N>``
+    (``SESSIONS`` of them per controller, concurrently, with the same credentials)."""
+
+    def __init__(
+        self, soak: Soak, cid: int, session: int, rng: random.Random, shared: Shared
+    ) -> None:
         self.soak = soak
         self.name = f"client{cid}"
+        self.who = f"client{cid}.{session}"
         self.controller_id = f"ctl-{cid}"
         self.rng = rng
-        self.creds: dict[str, str] | None = None
-        self.counter = 0
+        self.shared = shared
+        self.began = 0.0
         self.view = View()
+
+    @property
+    def creds(self) -> dict[str, str] | None:
+        return self.shared.creds
 
     async def run(self) -> None:
         while not self.soak.over:
@@ -157,15 +176,24 @@ class SoakClient:
                         await self.step(client)
             except* Died as group:
                 if self.soak.generation == generation and not self.soak.over:
-                    self.soak.ledger.fail(f"{self.name}: a live service did not answer: {group!r}")
+                    self.soak.ledger.fail(f"{self.who}: a live service did not answer: {group!r}")
             except* AssertionError:
                 raise
             except* Exception as group:  # the SDK's teardown of a dead server's session
                 if self.soak.generation == generation and not self.soak.over:
-                    self.soak.ledger.fail(f"{self.name}: {group!r}")
+                    self.soak.ledger.fail(f"{self.who}: {group!r}")
 
     async def call(self, client: Client, tool: str, **args: Any) -> Any:
-        return await call(self.soak, self.name, client, tool, args)
+        creds, self.began = self.shared.creds, self.soak.ledger.now()
+        result = await call(self.soak, self.who, client, tool, args)
+        error = result.get("error") or {}
+        if error.get("code") == "fence_invalid" and self.shared.creds is creds:
+            self.shared.creds = None  # resumed by the other session, or by a call that died
+        return result
+
+    def observe(self, kind: str, key: str, state: str, source: str) -> None:
+        """An observation made by this session's last call."""
+        self.soak.ledger.observe(kind, key, state, f"{self.who} {source}", self.began)
 
     async def step(self, client: Client) -> None:
         if self.creds is None:
@@ -190,14 +218,19 @@ class SoakClient:
     # ------------------------------------------------------------ observation
 
     def granted(self, result: dict[str, Any]) -> None:
-        self.creds = {k: result[k] for k in ("controller_id", "lease_id", "fence_token")}
+        self.shared.creds = {k: result[k] for k in ("controller_id", "lease_id", "fence_token")}
         self.soak.ledger.controller_granted(
             self.controller_id, int(result["generation"]), result["lease_id"]
         )
-        self.soak.ledger.observe("controller", result["lease_id"], "active", self.name)
+        self.observe("controller", result["lease_id"], "active", "granted")
 
     async def regain(self, client: Client) -> None:
         """Acquire, or resume a lease a call that died may have granted."""
+        async with self.shared.lock:
+            if self.shared.creds is None:
+                await self._regain(client)
+
+    async def _regain(self, client: Client) -> None:
         listed = await self.call(client, "controller_list")
         mine = [x for x in listed.get("leases", []) if x["controller_id"] == self.controller_id]
         args = {
@@ -213,6 +246,7 @@ class SoakClient:
             self.granted(result)
 
     async def resume(self, client: Client) -> None:
+        creds = self.creds
         result = await self.call(
             client,
             "controller_resume",
@@ -221,8 +255,8 @@ class SoakClient:
             authority_sha256=AUTHORITY_SHA,
         )
         if "error" not in result:
-            assert self.creds is not None
-            self.soak.ledger.observe("controller", self.creds["lease_id"], "superseded", "resume")
+            if creds is not None:
+                self.observe("controller", creds["lease_id"], "superseded", "resume")
             self.granted(result)
 
     async def refresh(self, client: Client) -> None:
@@ -233,7 +267,7 @@ class SoakClient:
             for lease in (await self.call(client, tool)).get("leases", []):
                 if lease["controller_id"] != self.controller_id:
                     continue
-                ledger.observe("pane_lease", lease["lease_id"], lease["state"], tool)
+                self.observe("pane_lease", lease["lease_id"], lease["state"], tool)
                 ledger.granted("pane_lease", lease["lease_id"])
                 if lease["state"] == "active" and kind == "reviewer":
                     self.view.reviewers[lease["lease_id"]] = lease["name"]
@@ -241,7 +275,7 @@ class SoakClient:
                     self.view.writers[lease["lease_id"]] = (lease["name"], lease["worktree"])
         listed = await self.call(client, "receipt_list", controller_id=self.controller_id)
         for receipt in listed.get("receipts", []):
-            ledger.observe("receipt", receipt["receipt"], receipt["state"], "receipt_list")
+            self.observe("receipt", receipt["receipt"], receipt["state"], "receipt_list")
             ledger.granted("receipt", receipt["receipt"])
             if receipt["state"] in ("reserved", "pending"):
                 self.view.outstanding[receipt["receipt"]] = receipt["name"]
@@ -249,11 +283,11 @@ class SoakClient:
         for lease in controllers.get("leases", []):
             if lease["controller_id"] == self.controller_id:
                 state = "active" if lease["state"] == "expired" else lease["state"]
-                ledger.observe("controller", lease["lease_id"], state, "controller_list")
+                self.observe("controller", lease["lease_id"], state, "controller_list")
 
     def outcome(self, result: dict[str, Any], source: str) -> None:
         """Record the receipt states a handoff or collect result shows."""
-        observe = self.soak.ledger.observe
+        observe = self.observe
         for item in result.get("completed", []):
             if item["status"]["state"] != "blocked":
                 observe("receipt", item["receipt"], "completed", source)
@@ -275,8 +309,8 @@ class SoakClient:
         return [n for n in names if n not in busy]
 
     def next_name(self, prefix: str) -> str:
-        self.counter += 1
-        return f"{prefix}{self.name[-1]}-{self.counter}"
+        self.shared.counter += 1
+        return f"{prefix}{self.name[-1]}-{self.shared.counter}"
 
     async def reviewer_start(self, client: Client) -> None:
         result = await self.call(
@@ -293,7 +327,7 @@ class SoakClient:
     def lease_result(self, result: dict[str, Any], source: str) -> None:
         if "error" not in result:
             self.soak.ledger.granted("pane_lease", result["lease_id"])
-            self.soak.ledger.observe("pane_lease", result["lease_id"], result["state"], source)
+            self.observe("pane_lease", result["lease_id"], result["state"], source)
 
     async def writer_start(self, client: Client) -> None:
         worktree = self.rng.choice(self.soak.worktrees)
@@ -331,7 +365,7 @@ class SoakClient:
         )
         if "error" not in result:
             self.soak.ledger.granted("receipt", result["receipt"])
-            self.soak.ledger.observe("receipt", result["receipt"], "pending", "relay")
+            self.observe("receipt", result["receipt"], "pending", "relay")
 
     async def batch(self, client: Client) -> None:
         idle = self.idle_panes()
@@ -366,7 +400,7 @@ class SoakClient:
         receipt = self.rng.choice(sorted(self.view.outstanding))
         result = await self.call(client, "receipt_abandon", creds=self.creds, receipt=receipt)
         if "error" not in result:
-            self.soak.ledger.observe("receipt", receipt, result["state"], "receipt_abandon")
+            self.observe("receipt", receipt, result["state"], "receipt_abandon")
 
     async def seq_of(self, client: Client, name: str) -> int | None:
         status = await self.call(client, "get_status", name=name)
@@ -529,8 +563,12 @@ async def test_coordination_state_survives_concurrent_clients_and_sigkills(
     tokens = {f"client{i}": new_token() for i in range(CLIENTS)}
     soak = Soak(services, start_service(services, marks, tokens), marks, tokens, worktrees)
     soak.up.set()
-    clients = [SoakClient(soak, i, random.Random(rng.getrandbits(64))) for i in range(CLIENTS)]
-    soak.clients = {c.name: c for c in clients}
+    shared = [Shared() for _ in range(CLIENTS)]
+    clients = [
+        SoakClient(soak, i, session, random.Random(rng.getrandbits(64)), shared[i])
+        for i in range(CLIENTS)
+        for session in range(SESSIONS)
+    ]
     chaos_rng = random.Random(rng.getrandbits(64))
     began = time.monotonic()
     try:
