@@ -2,14 +2,15 @@
 
 One ``panewarden serve --http`` service with named clients runs the demo agent (every
 program and worker marked, see ``tests.faults.Marks``) on a real Git repository with
-linked worktrees. ``CLIENTS`` clients, each its own identity and controller driven by ``SESSIONS``
-concurrent SDK sessions with the same credentials (so one controller's collect races its
-own abandon), take random steps for ``SOAK_S`` seconds (``PANEWARDEN_SOAK_S`` runs longer): acquire (or resume) their
-controller lease, start and close reviewers, start and release writers on shared
-worktrees with overlapping scopes (so writers collide), relay, batch_handoff,
-collect_handoffs, receipt_abandon, and list their receipts and leases. Meanwhile a chaos
-task, every few seconds, SIGKILLs a random worker, the supervisor, or a worker and the
-supervisor at once, and starts a new supervisor on the same state dir; clients reconnect.
+linked worktrees. ``CLIENTS`` clients, each its own identity and controller driven by
+``SESSIONS`` concurrent SDK sessions with the same credentials (so one controller's
+collect races its own abandon), take random steps for ``SOAK_S`` seconds
+(``PANEWARDEN_SOAK_S`` runs longer): acquire (or resume) their controller lease, start and
+close reviewers, start and release writers on shared worktrees with overlapping scopes
+(so writers collide), relay, batch_handoff, collect_handoffs, receipt_abandon, and list
+their receipts and leases. Meanwhile a chaos task, every few seconds, SIGKILLs a random
+worker, the supervisor, or a worker and the supervisor at once, and starts a new
+supervisor on the same state dir; clients reconnect.
 
 After each restart (while no client calls) and at the end, the invariants of
 ``tests.faults.coord_ledger`` are checked against the records on disk and the client log,
