@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from protocol.errors import ErrorCode, PanewardenError
+from protocol.errors import ErrorCode, PanewardenError, echo
 from supervisor.control.controllers import pane_of_identity
 from supervisor.front.ctl.attestation import boot_ticks_now
 from supervisor.front.ctl.wire import (
@@ -153,7 +153,7 @@ class CtlServer:
             op = request.op
             command = self._commands.get(op)
             if command is None:
-                raise PanewardenError(ErrorCode.INVALID_ARGUMENT, f"no ctl command {op[:40]!r}")
+                raise PanewardenError(ErrorCode.INVALID_ARGUMENT, f"no ctl command {echo(op, 40)}")
             sock = writer.get_extra_info("socket")
             identity = await self._identify(sock, accepted_ticks)
             try:
