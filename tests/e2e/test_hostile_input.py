@@ -170,3 +170,21 @@ async def test_oversized_arguments_are_refused_before_validation(tools: Tools) -
     assert "at most 1048576" in err["message"], err["message"][:200]
     assert time.monotonic() - started < 10
     assert (await tools.call("list_panes"))["panes"] == []  # and the session still serves
+
+
+def _dir_modes(root: Path) -> dict[str, str]:
+    dirs = [root, *(p for p in root.rglob("*") if p.is_dir())]
+    return {str(p.relative_to(root)): oct(p.stat().st_mode & 0o777) for p in dirs}
+
+
+async def test_every_state_directory_is_private(state_dir: Path) -> None:
+    """``$STATE/leases/`` was 0755: mkdir(parents=True) gives parents the umask's mode."""
+    old = os.umask(0o022)  # the usual one, which the service inherits
+    try:
+        async with Client(stdio_params(state_dir)) as client:
+            assert (await Tools(client).call("list_panes"))["panes"] == []
+            modes = _dir_modes(state_dir)
+    finally:
+        os.umask(old)
+    assert "leases" in modes, modes
+    assert set(modes.values()) == {"0o700"}, modes
