@@ -158,9 +158,9 @@ class WorkerManager:
         """Stop the loops and close the socket before the context."""
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # A loop that died is how the service came to stop (its error was logged when
+        # it died): the stop goes on, rather than re-raising it here halfway.
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         for handle in list(self.by_instance.values()):
             self._forget(handle)
