@@ -58,3 +58,21 @@ class PanewardenError(Exception):
 
     def __repr__(self) -> str:
         return f"PanewardenError({self.code.value!r}, {self.message!r})"
+
+
+# A client's value appears in an error message cut to this many characters.
+ECHO_CHARS = 64
+
+
+def clip(text: str, limit: int = ECHO_CHARS) -> str:
+    """``text`` cut to its first ``limit`` characters (``…`` marks a cut).
+
+    Every error message that repeats something a client sent goes through here (or
+    ``echo``): a 10 MB value must not come back as a 10 MB answer.
+    """
+    return text if len(text) <= limit else f"{text[:limit]}…"
+
+
+def echo(value: object, limit: int = ECHO_CHARS) -> str:
+    """A client's value quoted for an error message: ``repr`` of its ``clip``."""
+    return repr(clip(value if isinstance(value, str) else repr(value), limit))

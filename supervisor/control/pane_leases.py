@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from protocol.errors import ErrorCode, PanewardenError
+from protocol.errors import ErrorCode, PanewardenError, echo
 from supervisor.control.records import RETAINED_STATES, PaneLease
 from supervisor.control.stores import ControlStores
 from supervisor.panes.pane import LeaseTag, Pane, PaneLeaseType
@@ -59,7 +59,7 @@ class PaneLeases:
         except PanewardenError:
             lease = None
         if lease is None:
-            raise PanewardenError(ErrorCode.NOT_FOUND, f"no {lease_type} lease {lease_id!r}")
+            raise PanewardenError(ErrorCode.NOT_FOUND, f"no {lease_type} lease {echo(lease_id)}")
         return lease
 
     def save(self, lease: PaneLease, **changes: object) -> PaneLease:

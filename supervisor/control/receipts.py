@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from protocol.errors import ErrorCode, PanewardenError
+from protocol.errors import ErrorCode, PanewardenError, echo
 from protocol.messages import PaneStatusFields, ReadScreen, ScreenText
 from protocol.status import has_ended, is_settled
 from supervisor.control.context import ControlContext
@@ -137,7 +137,7 @@ class Handoffs:
         except PanewardenError:
             receipt = None
         if receipt is None or receipt.controller_id != controller_id:
-            raise PanewardenError(ErrorCode.NOT_FOUND, f"no receipt {receipt_id!r}")
+            raise PanewardenError(ErrorCode.NOT_FOUND, f"no receipt {echo(receipt_id)}")
         return receipt
 
     # ------------------------------------------------------------ admission

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from protocol.errors import ErrorCode, PanewardenError
+from protocol.errors import ErrorCode, PanewardenError, echo
 
 GLOB_CHARACTERS = frozenset("*?[]{}")
 MAX_SCOPE_CHARS = 1024
 
 
 def _refuse(raw: str, why: str) -> PanewardenError:
-    return PanewardenError(ErrorCode.INVALID_ARGUMENT, f"scope {raw[:80]!r} {why}")
+    return PanewardenError(ErrorCode.INVALID_ARGUMENT, f"scope {echo(raw, 80)} {why}")
 
 
 def normalise_scope(raw: str) -> str:

@@ -17,7 +17,7 @@ from typing import Generic, TypeVar
 
 import msgspec
 
-from protocol.errors import ErrorCode, PanewardenError
+from protocol.errors import ErrorCode, PanewardenError, echo
 from protocol.safe_files import FileReadError, read_regular_file
 from supervisor.store.statedir import atomic_write, ensure_private_dir, sweep_temp_files
 
@@ -50,7 +50,7 @@ class RecordStore(Generic[R]):
     def path(self, key: str) -> Path:
         """Where the record ``key`` lives; raises invalid_argument for a bad key."""
         if not KEY_RE.fullmatch(key):
-            raise PanewardenError(ErrorCode.INVALID_ARGUMENT, f"bad record key {key[:70]!r}")
+            raise PanewardenError(ErrorCode.INVALID_ARGUMENT, f"bad record key {echo(key, 70)}")
         return self.dir / f"{key}.json"
 
     def save(self, key: str, record: R) -> None:

@@ -21,8 +21,20 @@ IPC_PATH_MAX = 107
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) and make it mode 0700; refuse a non-directory."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Create ``path`` and make it mode 0700; refuse a non-directory.
+
+    Every state directory is made here. Each missing parent is created 0700 as well
+    (``mkdir(parents=True)`` gives parents the umask's mode: ``$STATE/leases/`` was 0755
+    under its 0700 ``reviewer/``); parents that already exist are left as they are.
+    """
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            pass  # made by someone else in the meantime: checked below like any other
+        else:
+            os.chmod(directory, 0o700)  # the umask narrowed mkdir's mode; never widened
     if not path.is_dir():
         raise PanewardenError(ErrorCode.CONFIG_INVALID, f"{path} is not a directory")
     os.chmod(path, 0o700)

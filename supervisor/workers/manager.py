@@ -148,16 +148,19 @@ class WorkerManager:
             os.umask(old)
         self._sock = sock
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._receive_loop(), name="worker-rx"))
-        self._tasks.append(loop.create_task(self._heartbeat_loop(), name="worker-hb"))
+        loops = ((self._receive_loop(), "worker-rx"), (self._heartbeat_loop(), "worker-hb"))
+        for coro, name in loops:
+            task = loop.create_task(coro, name=name)
+            task.add_done_callback(_stop_if_deaf)
+            self._tasks.append(task)
 
     async def close(self) -> None:
         """Stop the loops and close the socket before the context."""
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # A loop that died is how the service came to stop (its error was logged when
+        # it died): the stop goes on, rather than re-raising it here halfway.
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         for handle in list(self.by_instance.values()):
             self._forget(handle)
@@ -429,7 +432,16 @@ class WorkerManager:
                 if len(handle.early) < MAX_EARLY_FRAMES:
                     handle.early.append((msg, peer_pid))
                 continue
-            self._dispatch(handle, msg, peer_pid)
+            try:
+                self._dispatch(handle, msg, peer_pid)
+            except Exception:
+                # One event sink's bug costs this frame, never the only reader of
+                # every pane: without it every call times out and nothing is logged.
+                log.exception(
+                    "dropped a %s frame: its dispatch failed",
+                    type(msg).__name__,
+                    extra={"pane": handle.pane},
+                )
 
     def _dispatch(self, handle: WorkerHandle, msg: ToSupervisor, peer_pid: int | None) -> None:
         if isinstance(msg, Hello):
@@ -477,10 +489,16 @@ class WorkerManager:
             for handle in list(self.by_instance.values()):
                 if handle.dead or not handle.ready.done():
                     continue
-                self.send(handle, Heartbeat(sent_at=time.time()))
-                if now - handle.last_rx > self._heartbeat_loss_s:
-                    log.error("worker stopped answering; killing it", extra={"pane": handle.pane})
-                    self.kill(handle)
+                try:
+                    self._beat(handle, now)
+                except Exception:
+                    log.exception("heartbeat failed", extra={"pane": handle.pane})
+
+    def _beat(self, handle: WorkerHandle, now: float) -> None:
+        self.send(handle, Heartbeat(sent_at=time.time()))
+        if now - handle.last_rx > self._heartbeat_loss_s:
+            log.error("worker stopped answering; killing it", extra={"pane": handle.pane})
+            self.kill(handle)
 
     # ------------------------------------------------------------ death
 
@@ -514,6 +532,19 @@ class WorkerManager:
         with contextlib.suppress(OSError):
             os.close(handle.pidfd)
         handle.pidfd = -1
+
+
+def _stop_if_deaf(task: asyncio.Task[None]) -> None:
+    """A receive or heartbeat loop that ended on its own leaves the service deaf to every
+    pane: say so and stop the service (SIGTERM to itself: the ordinary stop, panes closed)."""
+    if task.cancelled():
+        return
+    log.critical(
+        "the %s loop died; stopping the service rather than running deaf",
+        task.get_name(),
+        exc_info=task.exception(),
+    )
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _kill_twin(peer_pid: int, worker_pid: int) -> None:

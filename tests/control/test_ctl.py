@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -404,6 +405,43 @@ async def test_the_socket_answers_bad_requests_with_typed_errors_and_goes_on_sto
         assert (await tools.call("list_panes"))["panes"] == []
     assert not sock.exists()
     assert not (state_dir / "run" / "ctl").exists()
+
+
+async def test_a_10_mb_request_is_refused_and_the_refusal_is_read_after_writing_it(
+    state_dir: Path,
+) -> None:
+    """A client that writes a 10 MB request line, then reads, gets `invalid_argument`
+    naming the bound: the service answers once the bound is crossed and keeps reading
+    (and dropping) the rest of the line, so the client's write never meets EPIPE."""
+    async with Client(stdio_params(state_dir)) as client:
+        tools = Tools(client)
+        sock = socket_of(state_dir)
+        oversized = b'{"op": "status", "args": {"x": "' + b"x" * 10_000_000 + b'"}}\n'
+        for shut_write in (False, True):
+            answer = await asyncio.to_thread(_write_all_then_read, sock, oversized, shut_write)
+            assert answer["ok"] is False, answer
+            assert answer["error"]["code"] == "invalid_argument", answer
+            assert str(MAX_REQUEST_BYTES) in answer["error"]["message"], answer
+        # The service goes on serving.
+        answer = await _exchange_raw(sock, b'{"op": "status"}\n')
+        assert answer["error"]["code"] == "forbidden"
+        assert (await tools.call("list_panes"))["panes"] == []
+
+
+def _write_all_then_read(sock_path: Path, raw: bytes, shut_write: bool) -> dict[str, Any]:
+    """A plain blocking client: the whole request first, then the one answer line."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(str(sock_path))
+        sock.sendall(raw)  # EPIPE / ECONNRESET here is the bug
+        if shut_write:
+            sock.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    lines = data.splitlines()
+    assert len(lines) == 1, data[:200]
+    return dict(json.loads(lines[0]))
 
 
 async def test_ctl_calls_are_audited_under_the_attested_pane(tmp_path: Path) -> None:

@@ -141,3 +141,50 @@ def test_panewarden_help_lists_commands_without_suppressed_ones(state_dir: Path)
     assert "demo-agent" not in out, out
     for command in ("serve", "demo", "status", "doctor", "stdio-proxy"):
         assert command in out, out
+
+
+async def test_an_invalid_value_is_echoed_as_a_short_prefix_only(tools: Tools) -> None:
+    """An invalid enum value used to come back whole: 1 MiB in, 1 MiB out."""
+    big = "z" * (900 * 1024)  # under the arguments bound: validation sees it
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("answer_dialog", {"answer": big, "name": "p"}),
+        ("wait_status", {"until": ["idle", big], "name": "p"}),
+        ("batch_handoff", {"mode": big}),
+        ("collect_handoffs", {"mode": big}),
+        ("lease_reconcile", {"lease_type": big}),
+        ("get_status", {big: 1}),  # an unknown field's name is quoted too
+    ]
+    for tool, args in calls:
+        err = await tools.error(tool, **args)
+        assert err["code"] == "invalid_argument", (tool, err["message"][:200])
+        assert len(err["message"]) < 300, (tool, err["message"][:200])
+        assert "zzzz" in err["message"], (tool, err["message"])  # a prefix is still shown
+
+
+async def test_oversized_arguments_are_refused_before_validation(tools: Tools) -> None:
+    started = time.monotonic()
+    err = await tools.error("answer_dialog", name="p", answer="z" * (3 * 1024 * 1024))
+    assert err["code"] == "invalid_argument", err["message"][:200]
+    assert "at most 1048576" in err["message"] and len(err["message"]) < 200, err
+    err = await tools.error("send_input", name="p", text="t", extra=["z" * 1024] * 2048)
+    assert "at most 1048576" in err["message"], err["message"][:200]
+    assert time.monotonic() - started < 10
+    assert (await tools.call("list_panes"))["panes"] == []  # and the session still serves
+
+
+def _dir_modes(root: Path) -> dict[str, str]:
+    dirs = [root, *(p for p in root.rglob("*") if p.is_dir())]
+    return {str(p.relative_to(root)): oct(p.stat().st_mode & 0o777) for p in dirs}
+
+
+async def test_every_state_directory_is_private(state_dir: Path) -> None:
+    """``$STATE/leases/`` was 0755: mkdir(parents=True) gives parents the umask's mode."""
+    old = os.umask(0o022)  # the usual one, which the service inherits
+    try:
+        async with Client(stdio_params(state_dir)) as client:
+            assert (await Tools(client).call("list_panes"))["panes"] == []
+            modes = _dir_modes(state_dir)
+    finally:
+        os.umask(old)
+    assert "leases" in modes, modes
+    assert set(modes.values()) == {"0o700"}, modes

@@ -13,6 +13,11 @@ as ``PANEWARDEN_CTL_SOCKET``. One connection carries one exchange (the contract 
   {...}}`` or ``{"ok": false, "error": {"code": ..., "message": ...}}``;
 - then it closes the connection. A client that hangs up cancels its command.
 
+A request longer than ``MAX_REQUEST_BYTES`` is answered (``invalid_argument``) as soon as
+the bound is crossed; the service then reads and discards the rest of that line (at most
+``DISCARD_BYTES`` more, for at most ``DISCARD_TIMEOUT_S``) before it closes, so a client
+still writing its request gets no EPIPE and can read the refusal.
+
 A malformed request gets a typed error (``invalid_argument``), never a crash; every
 connection is served by its own task on the loop, and every one is closed.
 """
@@ -31,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from protocol.errors import ErrorCode, PanewardenError
+from protocol.errors import ErrorCode, PanewardenError, echo
 from supervisor.control.controllers import pane_of_identity
 from supervisor.front.ctl.attestation import boot_ticks_now
 from supervisor.front.ctl.wire import (
@@ -43,6 +48,12 @@ from supervisor.front.ctl.wire import (
 log = logging.getLogger(__name__)
 
 WRITE_TIMEOUT_S = 10.0
+# After refusing an oversized request: how much more of it is read (and dropped) so the
+# client's write completes. Closing with its bytes unread would reset its connection
+# (EPIPE on its next write) before it ever read the answer.
+DISCARD_BYTES = 64 * 1024 * 1024
+DISCARD_TIMEOUT_S = 10.0
+DISCARD_CHUNK_BYTES = 256 * 1024
 # How long a stop waits for cancelled connections to finish.
 STOP_TIMEOUT_S = 5.0
 
@@ -76,6 +87,25 @@ def encode_error(code: ErrorCode, message: str) -> bytes:
 
 class _ClientGone(Exception):
     """The client closed its end (or sent more than its one request) mid-command."""
+
+
+class _TooLarge(PanewardenError):
+    """A request line beyond ``MAX_REQUEST_BYTES``: refused, the rest of it still unread."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            ErrorCode.INVALID_ARGUMENT,
+            f"a request is at most {MAX_REQUEST_BYTES} bytes (one line); this one is longer",
+        )
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """What a connection ends with: its response line, and whether the rest of an
+    oversized request line is still to be read (and dropped) before closing."""
+
+    line: bytes | None
+    unread_request: bool = False
 
 
 class CtlServer:
@@ -129,10 +159,12 @@ class CtlServer:
         self._connections.add(task)
         accepted_ticks = boot_ticks_now()
         try:
-            response = await self._exchange(reader, writer, accepted_ticks)
-            if response is not None:
-                writer.write(response + b"\n")
+            answer = await self._exchange(reader, writer, accepted_ticks)
+            if answer.line is not None:
+                writer.write(answer.line + b"\n")
                 await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
+            if answer.unread_request:
+                await _discard_rest_of_line(reader)
         except (ConnectionError, TimeoutError):
             pass  # the client went away or stopped reading: nothing to tell it
         finally:
@@ -143,8 +175,8 @@ class CtlServer:
 
     async def _exchange(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, accepted_ticks: int
-    ) -> bytes | None:
-        """Read, attest, run; the response line, or None when the client is gone."""
+    ) -> _Answer:
+        """Read, attest, run; the response line (none when the client is gone)."""
         op = "?"
         identity: str | None = None
         target: str | None = None
@@ -153,7 +185,7 @@ class CtlServer:
             op = request.op
             command = self._commands.get(op)
             if command is None:
-                raise PanewardenError(ErrorCode.INVALID_ARGUMENT, f"no ctl command {op[:40]!r}")
+                raise PanewardenError(ErrorCode.INVALID_ARGUMENT, f"no ctl command {echo(op, 40)}")
             sock = writer.get_extra_info("socket")
             identity = await self._identify(sock, accepted_ticks)
             try:
@@ -164,21 +196,23 @@ class CtlServer:
             result = await _unless_client_leaves(reader, command.run(identity, args))
         except _ClientGone:
             self._record(op, identity, target, "cancelled", None)
-            return None
+            return _Answer(None)
         except PanewardenError as exc:
             self._record(op, identity, target, "error", exc.code.value)
-            return encode_error(exc.code, exc.message)
+            return _Answer(encode_error(exc.code, exc.message), isinstance(exc, _TooLarge))
         except Exception:
             log.exception("ctl command failed", extra={"tool": f"ctl {op}"})
             self._record(op, identity, target, "error", ErrorCode.INTERNAL.value)
-            return encode_error(ErrorCode.INTERNAL, "internal error; see the service log")
+            return _Answer(encode_error(ErrorCode.INTERNAL, "internal error; see the service log"))
         self._record(op, identity, target, "ok", None)
         body = msgspec.json.encode({"ok": True, "result": result})
         if len(body) >= MAX_RESPONSE_BYTES:
-            return encode_error(
-                ErrorCode.INVALID_ARGUMENT, "the result is too large; ask for fewer --lines"
+            return _Answer(
+                encode_error(
+                    ErrorCode.INVALID_ARGUMENT, "the result is too large; ask for fewer --lines"
+                )
             )
-        return body
+        return _Answer(body)
 
     def _record(
         self, op: str, identity: str | None, target: str | None, outcome: str, code: str | None
@@ -201,15 +235,17 @@ class CtlServer:
 async def _read_request(reader: asyncio.StreamReader) -> CtlRequest:
     """The client's one request line, bounded in size and time."""
     try:
-        line = await asyncio.wait_for(reader.readline(), REQUEST_READ_TIMEOUT_S)
+        line = await asyncio.wait_for(reader.readuntil(b"\n"), REQUEST_READ_TIMEOUT_S)
     except TimeoutError:
         raise PanewardenError(
             ErrorCode.TIMEOUT, f"no request within {REQUEST_READ_TIMEOUT_S:.0f}s"
         ) from None
-    except ValueError:  # the stream's limit: a line longer than MAX_REQUEST_BYTES
-        raise PanewardenError(
-            ErrorCode.INVALID_ARGUMENT, f"a request is at most {MAX_REQUEST_BYTES} bytes"
-        ) from None
+    except asyncio.IncompleteReadError as exc:  # the client's end before a newline
+        line = exc.partial
+    except asyncio.LimitOverrunError:
+        # The stream's limit (MAX_REQUEST_BYTES): refused at once; unlike readline,
+        # readuntil leaves the line in the buffer, so the discard knows where it ends.
+        raise _TooLarge from None
     if not line.endswith(b"\n"):
         raise PanewardenError(ErrorCode.INVALID_ARGUMENT, "a request is one line ending in \\n")
     try:
@@ -218,6 +254,20 @@ async def _read_request(reader: asyncio.StreamReader) -> CtlRequest:
         raise PanewardenError(ErrorCode.INVALID_ARGUMENT, f"bad request: {exc}") from None
     except msgspec.DecodeError:
         raise PanewardenError(ErrorCode.INVALID_ARGUMENT, "a request is one JSON object") from None
+
+
+async def _discard_rest_of_line(reader: asyncio.StreamReader) -> None:
+    """Read and drop what is left of a refused request line (through its newline, or to
+    the client's end), bounded by ``DISCARD_BYTES`` and ``DISCARD_TIMEOUT_S``; a client
+    that sends more than that is cut off (its problem, not the service's)."""
+    left = DISCARD_BYTES
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(DISCARD_TIMEOUT_S):
+            while left > 0:
+                chunk = await reader.read(min(DISCARD_CHUNK_BYTES, left))
+                if not chunk or b"\n" in chunk:
+                    return
+                left -= len(chunk)
 
 
 async def _unless_client_leaves(

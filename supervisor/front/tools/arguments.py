@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from protocol.errors import ECHO_CHARS, ErrorCode, PanewardenError, clip, echo
 from protocol.names import NAME_RULE, NAME_SCHEMA_PATTERN, is_valid_name
 
 # Every integer argument is bounded: beyond 2^53 a JSON number is not exact anyway.
@@ -22,6 +23,8 @@ CLIENT_INJECTED_ARGS = frozenset({"wait_for_previous"})  # Gemini CLI
 MAX_TIMEOUT_S = 3600.0
 DEFAULT_TIMEOUT_S = 60.0
 MAX_TEXT_BYTES = 65536
+# A call's whole `arguments` object, as JSON: refused beyond this before any validation.
+MAX_ARGUMENTS_BYTES = 1 << 20
 
 PaneName = Annotated[
     str, msgspec.Meta(pattern=NAME_SCHEMA_PATTERN, max_length=32, description="pane name")
@@ -36,7 +39,33 @@ def check_name(name: str) -> None:
     """Raise ValueError (a validation error to msgspec) unless ``name`` is a pane name."""
     # The schema pattern's `$` would let a trailing newline through: the whole name counts.
     if not is_valid_name(name):
-        raise ValueError(f"invalid pane name {name[:40]!r}: pane {NAME_RULE}")
+        raise ValueError(f"invalid pane name {echo(name, 40)}: pane {NAME_RULE}")
+
+
+def check_size(raw: Any) -> None:
+    """Refuse arguments over ``MAX_ARGUMENTS_BYTES`` of JSON, before validation looks at them.
+
+    Raises:
+        PanewardenError: ``invalid_argument``, naming the bound, never the content.
+    """
+    try:
+        size = len(msgspec.json.encode(raw))
+    except (TypeError, ValueError, OverflowError):
+        size = 0  # not JSON-encodable: validation refuses it, and says why
+    if size > MAX_ARGUMENTS_BYTES:
+        raise PanewardenError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"arguments are {size} bytes of JSON; at most {MAX_ARGUMENTS_BYTES} are accepted",
+        )
+
+
+def validation_message(exc: msgspec.ValidationError) -> str:
+    """msgspec's message with the client's value cut to a prefix (it quotes it whole:
+    an invalid enum value, an unknown field's name), the path to it kept."""
+    head, sep, path = str(exc).rpartition(" - at `")
+    if not sep:
+        return clip(path, ECHO_CHARS + 40)
+    return f"{clip(head, ECHO_CHARS + 40)} - at `{clip(path)}"
 
 
 class Args(msgspec.Struct, forbid_unknown_fields=True):

@@ -23,9 +23,14 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, ListToolsResult, TextContent, ToolAnnotations
 
-from protocol.errors import ErrorCode, PanewardenError
+from protocol.errors import ErrorCode, PanewardenError, echo
 from supervisor.auth.access import Access, Caller, check_group, check_scope, visible
-from supervisor.front.tools.arguments import CLIENT_INJECTED_ARGS, input_schema
+from supervisor.front.tools.arguments import (
+    CLIENT_INJECTED_ARGS,
+    check_size,
+    input_schema,
+    validation_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +117,12 @@ def make_tool(spec: ToolSpec, access: Access) -> Tool:
             caller = access.identify()
             check_scope(caller, spec.scope)
             check_group(caller, spec.group)
+            raw = _raw_arguments(ctx)
+            check_size(raw)
             try:
-                args = msgspec.convert(_raw_arguments(ctx), spec.args)
+                args = msgspec.convert(raw, spec.args)
             except msgspec.ValidationError as exc:
-                raise PanewardenError(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
+                raise PanewardenError(ErrorCode.INVALID_ARGUMENT, validation_message(exc)) from None
             pane = getattr(args, "name", None)
             token = _CALLER.set(caller)
             try:
@@ -184,7 +191,7 @@ def unknown_tool_guard(names: frozenset[str]) -> Any:
         if ctx.method == "tools/call" and ctx.request_id is not None:
             name = (ctx.params or {}).get("name")
             if isinstance(name, str) and name not in names:
-                return error_result(ErrorCode.NOT_FOUND, f"no tool named {name[:64]!r}")
+                return error_result(ErrorCode.NOT_FOUND, f"no tool named {echo(name)}")
         return await call_next(ctx)
 
     return guard

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 import uvicorn
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import (
+    DEFAULT_MAX_REQUEST_BODY_SIZE,
     TransportSecurityMiddleware,
     TransportSecuritySettings,
 )
@@ -43,12 +44,16 @@ from supervisor.config import ServiceConfig
 from supervisor.front.mcp_server import build_server
 from supervisor.front.runtime import Services, running_service, serve_until_signalled
 from supervisor.front.transports.http_client import service_url_path
+from supervisor.front.transports.unreadable import AnsweringHttp
 from supervisor.store.statedir import atomic_write, ensure_private_dir
 
 log = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
 LISTEN_BACKLOG = 128
+# The SDK's own bound on a request body (beyond it: 413), named here so that the
+# answers to unreadable bodies record no more than it reads.
+MAX_BODY_BYTES = DEFAULT_MAX_REQUEST_BODY_SIZE
 # Long-lived SSE streams keep connections open; past this the stop cancels them.
 GRACEFUL_HTTP_STOP_S = 3
 # Longest tool wait (timeout_s max 3600) plus a margin: a client must not give up first.
@@ -204,7 +209,7 @@ def _http_app(
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH, transport_security=settings, host=str(address)
     )
-    return HostOriginGate(app, settings)
+    return HostOriginGate(AnsweringHttp(app, MAX_BODY_BYTES), settings)
 
 
 def _uvicorn(app: ASGIApp) -> _LoopServer:

@@ -2,7 +2,9 @@
 
 A stop signal ends the client's session at once (the stdin relay gives the SDK EOF),
 then every pane is closed, whether or not the client keeps stdin open. Without an
-explicit state dir the server runs in a private session directory of its own.
+explicit state dir the server runs in a private session directory of its own. Every
+line gets an answer: one the SDK cannot read gets ``-32700`` or ``-32600``
+(:mod:`supervisor.front.transports.unreadable`) instead of the SDK's silence.
 """
 
 from __future__ import annotations
@@ -10,12 +12,29 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+from mcp.server.mcpserver import MCPServer
+from mcp.server.stdio import stdio_server
+
 from supervisor.auth.access import SingleClientAccess
 from supervisor.config import ServiceConfig
 from supervisor.front.mcp_server import build_server
 from supervisor.front.runtime import running_service, serve_until_signalled
 from supervisor.front.transports.stdin_relay import StdinRelay
 from supervisor.front.transports.stdio_sessions import new_session_dir, remove_session_dir
+from supervisor.front.transports.unreadable import AnsweringReader
+
+
+async def run_answering_stdio(server: MCPServer) -> None:
+    """``MCPServer.run_stdio_async`` with ``AnsweringReader`` between transport and server."""
+    async with stdio_server() as (read_stream, write_stream):
+        # The SDK offers no public hook between its stdio transport and the server
+        # loop; run_stdio_async itself is these three lines on the same attribute.
+        lowlevel = server._lowlevel_server
+        await lowlevel.run(
+            AnsweringReader(read_stream, write_stream),
+            write_stream,
+            lowlevel.create_initialization_options(),
+        )
 
 
 async def serve_stdio(config: ServiceConfig, keep_panes: bool) -> None:
@@ -26,7 +45,7 @@ async def serve_stdio(config: ServiceConfig, keep_panes: bool) -> None:
         async with running_service(config, keep_panes=keep_panes) as services:
             server = build_server(services, SingleClientAccess("stdio", transport="stdio"))
             await serve_until_signalled(
-                services.panes, config, server.run_stdio_async, on_stop=relay.end
+                services.panes, config, lambda: run_answering_stdio(server), on_stop=relay.end
             )
     finally:
         relay.end()
