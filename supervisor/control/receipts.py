@@ -30,7 +30,7 @@ from typing import Any, Literal
 import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
-from protocol.messages import PaneStatusFields, ReadScreen, ScreenText
+from protocol.messages import CAPTURE_QUIET_S, PaneStatusFields, ReadScreen, ScreenText
 from protocol.status import has_ended, is_settled
 from supervisor.control.context import ControlContext
 from supervisor.control.controllers import Credentials, pane_of_identity
@@ -51,9 +51,6 @@ log = logging.getLogger(__name__)
 # How long a delivered prompt may take to show its turn before the receipt is ambiguous.
 TURN_START_TIMEOUT_S = 30.0
 DEFAULT_CAPTURE_LINES = 200
-# A turn's output is read once the program wrote nothing for this long (the worker waits
-# at most READ_QUIET_MAX_S): Claude Code reports `done` before it draws the reply.
-CAPTURE_QUIET_S = 0.3
 # Delivery errors after which nothing was typed: the receipt fails, it blocks nothing.
 CLEAN_REFUSALS = frozenset(
     {
