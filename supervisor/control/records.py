@@ -20,6 +20,8 @@ State machines (every transition is in the module that owns the record):
   collected); ``failed`` (delivery refused, pane gone or re-created); ``abandoned``
   (an ambiguous one released by the controller once the pane was seen settled).
   ``reserved`` and ``pending`` are *outstanding*: they block new prompts to the pane.
+  Which event moves a receipt from which state is the table of
+  :mod:`supervisor.control.receipt_book`, the only writer of receipts.
 """
 
 from __future__ import annotations
