@@ -19,7 +19,7 @@ report its settle before it draws the reply. A refused close puts the lease back
 A lease a crash left ``closing`` is finished by the next close: closed with its recorded
 capture if the pane is gone (the worker closed it), closed again if it still runs; at a
 restart, one whose pane did not survive is closed at once
-(``PaneLeases.finish_interrupted_closes``).
+(:mod:`supervisor.control.startup`).
 """
 
 from __future__ import annotations
