@@ -75,8 +75,13 @@ class Interrupt(_Msg, tag="interrupt"):
     rid: int
 
 
-# The longest a ``ReadScreen`` with ``quiet_s`` waits for the program to stop writing.
+# The longest a ``ReadScreen`` or ``Close`` with ``quiet_s`` waits for the program to
+# stop writing.
 READ_QUIET_MAX_S = 2.0
+# The capture rule, one for a receipt's output and for a reviewer's or writer's close:
+# read once the program wrote nothing for this long (at most READ_QUIET_MAX_S after the
+# request), because some CLIs (Claude Code) report their settle before they draw the reply.
+CAPTURE_QUIET_S = 0.3
 
 
 class ReadScreen(_Msg, tag="read_screen"):
@@ -125,12 +130,17 @@ class Resize(_Msg, tag="resize"):
 
 
 class Close(_Msg, tag="close"):
-    """Kill the pane's tree and exit; conditional on ``expected_seq`` when given."""
+    """Kill the pane's tree and exit; conditional on ``expected_seq`` when given.
+
+    With ``quiet_s``, the check, the capture and the close happen (in one step) once the
+    program wrote nothing for that long, as for ``ReadScreen``.
+    """
 
     rid: int
     expected_seq: int | None = None
     capture_lines: int | None = None
     grace_s: float = KILL_GRACE_S
+    quiet_s: float | None = None
 
 
 ToWorker = (

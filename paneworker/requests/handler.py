@@ -153,16 +153,35 @@ class RequestHandler:
 
     # ------------------------------------------------------------ requests
 
+    def _deferred_until_quiet(
+        self, rid: int, quiet_s: float | None, since: float | None, step: Callable[[float], None]
+    ) -> bool:
+        """Put ``step`` off until the program wrote nothing for ``quiet_s`` (at most
+        ``READ_QUIET_MAX_S`` after ``since``, the request's arrival); True if put off.
+        The step runs again with ``since`` and checks what it checks then, in that step."""
+        if not quiet_s:
+            return False
+        now = self.scheduler.clock()
+        first = now if since is None else since
+        self.screen.drain()
+        wait = min(self.screen.last_activity + quiet_s - now, first + READ_QUIET_MAX_S - now)
+        if wait <= 0:
+            return False
+        self.scheduler.later(wait, lambda: self._step_later(rid, lambda: step(first)))
+        return True
+
+    def _step_later(self, rid: int, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except PanewardenError as exc:
+            self.io.fail(rid, exc)
+
     def _read_screen(self, msg: ReadScreen, since: float | None = None) -> None:
         screen = self.screen
-        if msg.quiet_s:
-            now = self.scheduler.clock()
-            since = now if since is None else since
-            screen.drain()
-            wait = min(screen.last_activity + msg.quiet_s - now, since + READ_QUIET_MAX_S - now)
-            if wait > 0:
-                self.scheduler.later(wait, lambda: self._read_screen_later(msg, since))
-                return
+        if self._deferred_until_quiet(
+            msg.rid, msg.quiet_s, since, lambda first: self._read_screen(msg, first)
+        ):
+            return
         status = screen.status
         if msg.expected_seq is not None and msg.expected_seq != status.seq:
             # A capture bound to a cursor: the pane moved on, its screen is another's.
@@ -191,12 +210,6 @@ class RequestHandler:
             )
         )
 
-    def _read_screen_later(self, msg: ReadScreen, since: float) -> None:
-        try:
-            self._read_screen(msg, since)
-        except PanewardenError as exc:
-            self.io.fail(msg.rid, exc)
-
     def _watch(self, msg: WatchOutput) -> None:
         compiled = compile_pattern(msg.pattern) if msg.regex else None
         self.io.ok(msg.rid)
@@ -209,7 +222,11 @@ class RequestHandler:
         prog.resize(msg.cols, msg.rows)
         self.io.ok(msg.rid)
 
-    def _close(self, msg: Close) -> None:
+    def _close(self, msg: Close, since: float | None = None) -> None:
+        if self._deferred_until_quiet(
+            msg.rid, msg.quiet_s, since, lambda first: self._close(msg, first)
+        ):
+            return
         status = self.screen.status
         if msg.expected_seq is not None and msg.expected_seq != status.seq:
             raise PanewardenError(

@@ -4,9 +4,9 @@ A pane with a retained lease carries a ``LeaseTag`` (lease id, type, controller)
 ``send_input`` and ``remove_pane`` refuse it (``pane_leased``), the watchdog leaves it
 alone, and ``list_panes`` shows it. The lease record names the pane *instance*: a pane
 re-created under the same name is not that lease's pane. After a restart the tags are
-put back from the records. A lease whose pane is being started or closed is *claimed*
-for that time: the store locks are not held across the worker step, and the claim keeps
-every other change off the lease meanwhile.
+put back from the records (:mod:`supervisor.control.startup`). A lease whose pane is
+being started or closed is *claimed* for that time: the store locks are not held across
+the worker step, and the claim keeps every other change off the lease meanwhile.
 """
 
 from __future__ import annotations
@@ -118,34 +118,6 @@ class PaneLeases:
         if pane is None or lease.instance is None or pane.handle.instance != lease.instance:
             return None
         return pane
-
-    def restore_tags(self) -> int:
-        """Tag every live pane that a retained lease names (after a restart)."""
-        tagged = 0
-        for lease in self.all():
-            if lease.state not in RETAINED_STATES:
-                continue
-            pane = self.pane_of(lease)
-            if pane is not None:
-                self.tag(pane, lease)
-                tagged += 1
-        return tagged
-
-    def finish_interrupted_closes(self) -> int:
-        """After a restart: a lease a crash left ``closing`` whose pane did not survive
-        was closed by its worker; its capture was recorded before the close, so it is
-        ``closed`` now. One whose pane runs stays ``closing`` (retained, refusing
-        prompts) until its next close finishes it. Returns how many were closed."""
-        closed = 0
-        for lease in self.all():
-            if (
-                lease.state == "closing"
-                and lease.capture_sha256 is not None
-                and self.pane_of(lease) is None
-            ):
-                self.save(lease, state="closed")
-                closed += 1
-        return closed
 
     def held(self, controller_id: str, name: str) -> tuple[Pane, PaneLease]:
         """Pane ``name`` and its active lease, which ``controller_id`` must hold.

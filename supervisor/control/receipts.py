@@ -9,6 +9,12 @@ after the pre-input cursor with a greater turn — and only then is its id retur
 ambiguous delivery leaves it ``reserved``: new prompts stay refused until
 ``receipt_abandon``, accepted only once the pane is seen settled.
 
+Every change of a receipt is a transition of :mod:`supervisor.control.receipt_book`: a
+compare-and-set under the receipts lock. A client's stale one (abandoning a receipt that
+is no longer outstanding) is refused with ``lease_state``; one of the service's own that
+lost a race (the turn began after the client abandoned the receipt, another collection
+finished it first) is logged and the record kept: the call reports what the record says.
+
 Collection waits for the *settle of that turn* (the first settled status after the
 cursor at that turn) and captures the screen in the worker only if the pane is still at
 that status (``expected_seq``): a later turn's output is never returned under a
@@ -27,16 +33,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import msgspec
-
 from protocol.errors import ErrorCode, PanewardenError, echo
-from protocol.messages import PaneStatusFields, ReadScreen, ScreenText
+from protocol.messages import CAPTURE_QUIET_S, PaneStatusFields, ReadScreen, ScreenText
 from protocol.status import has_ended, is_settled
 from supervisor.control.context import ControlContext
 from supervisor.control.controllers import Credentials, pane_of_identity
 from supervisor.control.fences import new_id
+from supervisor.control.receipt_book import TRANSITIONS, ReceiptBook, StaleReceipt
 from supervisor.control.records import (
-    OUTSTANDING_RECEIPTS,
     RECORD_VERSION,
     ControllerLease,
     PaneLease,
@@ -51,9 +55,6 @@ log = logging.getLogger(__name__)
 # How long a delivered prompt may take to show its turn before the receipt is ambiguous.
 TURN_START_TIMEOUT_S = 30.0
 DEFAULT_CAPTURE_LINES = 200
-# A turn's output is read once the program wrote nothing for this long (the worker waits
-# at most READ_QUIET_MAX_S): Claude Code reports `done` before it draws the reply.
-CAPTURE_QUIET_S = 0.3
 # Delivery errors after which nothing was typed: the receipt fails, it blocks nothing.
 CLEAN_REFUSALS = frozenset(
     {
@@ -108,34 +109,22 @@ class Handoffs:
     def __init__(self, ctx: ControlContext, clock: Callable[[], float] = time.time) -> None:
         self._ctx = ctx
         self._clock = clock
+        self._book = ReceiptBook(ctx.stores, clock)
 
     # ------------------------------------------------------------ receipts
 
     def receipts(self, controller_id: str | None = None) -> list[Receipt]:
         """Receipt records (of one controller), oldest first; content-free."""
-        found = self._ctx.stores.receipts.load_all()[0].values()
-        return sorted(
-            (r for r in found if controller_id is None or r.controller_id == controller_id),
-            key=lambda r: (r.created_at, r.receipt_id),
-        )
+        return [
+            r for r in self._book.all() if controller_id is None or r.controller_id == controller_id
+        ]
 
     def outstanding_for(self, name: str) -> Receipt | None:
         """The receipt still blocking new prompts to pane ``name``, if any."""
-        for receipt in self.receipts():
-            if receipt.name == name and receipt.state in OUTSTANDING_RECEIPTS:
-                return receipt
-        return None
-
-    def _save(self, receipt: Receipt, **changes: object) -> Receipt:
-        updated = msgspec.structs.replace(receipt, updated_at=self._clock(), **changes)
-        self._ctx.stores.receipts.save(updated.receipt_id, updated)
-        return updated
+        return self._book.outstanding_for(name)
 
     def _load(self, controller_id: str, receipt_id: str) -> Receipt:
-        try:
-            receipt = self._ctx.stores.receipts.load(receipt_id)
-        except PanewardenError:
-            receipt = None
+        receipt = self._book.load(receipt_id)
         if receipt is None or receipt.controller_id != controller_id:
             raise PanewardenError(ErrorCode.NOT_FOUND, f"no receipt {echo(receipt_id)}")
         return receipt
@@ -181,13 +170,15 @@ class Handoffs:
             ctl = self._ctx.authority.check(identity, creds)
             admitted = [self._admit(ctl, name) for name in names]
             for _pane, _lease, receipt in admitted:
-                self._ctx.stores.receipts.save(receipt.receipt_id, receipt)
+                self._book.reserve(receipt)
         return [(pane, receipt) for pane, _lease, receipt in admitted]
 
     # ------------------------------------------------------------ delivery
 
     async def _deliver(self, pane: Pane, receipt: Receipt, text: str) -> Receipt:
-        """Type the prompt; the receipt becomes pending once its turn began."""
+        """Type the prompt; the receipt becomes pending once its turn began. Returns the
+        record as it is then (``abandoned`` if the client abandoned it meanwhile)."""
+        book = self._book
         turn_before = pane.status.turn
         try:
             cursor, _turn = await self._ctx.driver.send_input(
@@ -195,7 +186,12 @@ class Handoffs:
             )
         except PanewardenError as exc:
             if exc.code in CLEAN_REFUSALS:
-                self._save(receipt, state="failed", failure_stage="deliver", failure_code=exc.code)
+                await book.service_transition(
+                    receipt.receipt_id,
+                    "refused",
+                    failure_stage="deliver",
+                    failure_code=exc.code.value,
+                )
             else:
                 log.warning(
                     "delivery of receipt %s is ambiguous (%s); it stays reserved",
@@ -204,7 +200,9 @@ class Handoffs:
                     extra={"pane": pane.name},
                 )
             raise
-        receipt = self._save(receipt, cursor=cursor)
+        receipt = await book.service_transition(receipt.receipt_id, "typed", cursor=cursor)
+        if receipt.state != "reserved":
+            return receipt
         started = await _turn_start(pane, cursor, turn_before, TURN_START_TIMEOUT_S)
         if started is None:
             raise PanewardenError(
@@ -212,7 +210,7 @@ class Handoffs:
                 f"the prompt was taken but pane {pane.name!r} showed no new turn within "
                 f"{TURN_START_TIMEOUT_S:.0f}s; receipt {receipt.receipt_id} stays reserved",
             )
-        return self._save(receipt, state="pending", turn=started.turn)
+        return await book.service_transition(receipt.receipt_id, "started", turn=started.turn)
 
     async def relay(self, identity: str, creds: Credentials, name: str, text: str) -> str:
         """Hand a prompt to a leased pane; returns the receipt once its turn began."""
@@ -282,21 +280,11 @@ class Handoffs:
     ) -> None:
         waiting: list[Receipt] = []
         for receipt in receipts:
-            if receipt.state == "completed":
-                outcome.completed.append(await self._replay(receipt, lines))
-            elif receipt.state in ("failed", "abandoned"):
-                outcome.failed.append(_recorded_failure(receipt))
-            elif receipt.state == "reserved":
-                outcome.failed.append(
-                    {
-                        "receipt": receipt.receipt_id,
-                        "name": receipt.name,
-                        "stage": "deliver",
-                        "code": ErrorCode.DELIVERY_AMBIGUOUS.value,
-                    }
-                )
-            else:
+            if receipt.state == "pending":
                 waiting.append(receipt)
+                continue
+            entry = await self._entry(receipt, lines)
+            (outcome.completed if "status" in entry else outcome.failed).append(entry)
         if not waiting:
             return
         tasks = {asyncio.ensure_future(self._settle(r, timeout_s, lines)): r for r in waiting}
@@ -328,20 +316,29 @@ class Handoffs:
         assert receipt.cursor is not None and receipt.turn is not None
         pane = self._ctx.registry.panes.get(receipt.name)
         if pane is None or pane.handle.instance != receipt.instance:
-            return self._fail(receipt, "collect", ErrorCode.IDENTITY_CHANGED)
+            return await self._fail(receipt, "collect", ErrorCode.IDENTITY_CHANGED, lines)
         try:
             settled = await _turn_settle(pane, receipt.cursor, receipt.turn, timeout_s)
         except PanewardenError as exc:
-            return self._fail(receipt, "collect", exc.code)
+            return await self._fail(receipt, "collect", exc.code, lines)
         if settled is None:
             return None
         if settled.lifecycle == "lost":
-            return self._fail(receipt, "collect", ErrorCode.WORKER_LOST)
+            return await self._fail(receipt, "collect", ErrorCode.WORKER_LOST, lines)
         output = await self._capture(pane, settled.seq, receipt.cursor, lines)
         digest = None if output is None else hashlib.sha256(output.text.encode()).hexdigest()
-        if settled.state != "blocked":
-            self._save(receipt, state="completed", result=status_of(settled), capture_sha256=digest)
-        return _completed(receipt, settled, output)
+        if settled.state == "blocked":
+            current = self._book.load(receipt.receipt_id)
+            if current is not None and current.state != "pending":
+                return await self._entry(current, lines)  # abandoned while blocked
+            return _completed(receipt, settled, output)
+        done = await self._book.service_transition(
+            receipt.receipt_id, "settled", result=status_of(settled), capture_sha256=digest
+        )
+        if done.state != "completed" or done.result != status_of(settled):
+            return await self._entry(done, lines)
+        # Completed now, by this call or by another collection of the same settle.
+        return _completed(done, settled, output)
 
     async def _capture(
         self, pane: Pane, seq: int, cursor: int | None, lines: int | None
@@ -376,14 +373,27 @@ class Handoffs:
             output = await self._capture(pane, receipt.result.seq, receipt.cursor, lines)
         return _completed_item(receipt, receipt.result, output)
 
-    def _fail(self, receipt: Receipt, stage: str, code: ErrorCode) -> dict[str, Any]:
-        self._save(receipt, state="failed", failure_stage=stage, failure_code=code.value)
-        return {
-            "receipt": receipt.receipt_id,
-            "name": receipt.name,
-            "stage": stage,
-            "code": code.value,
-        }
+    async def _fail(
+        self, receipt: Receipt, stage: str, code: ErrorCode, lines: int | None
+    ) -> dict[str, Any]:
+        """Fail a pending receipt; one that is no longer pending is reported as it is."""
+        current = await self._book.service_transition(
+            receipt.receipt_id, "lost", failure_stage=stage, failure_code=code.value
+        )
+        return await self._entry(current, lines)
+
+    async def _entry(self, receipt: Receipt, lines: int | None) -> dict[str, Any]:
+        """What a collection reports for a receipt that is not (or no longer) pending."""
+        if receipt.state == "completed":
+            return await self._replay(receipt, lines)
+        if receipt.state == "reserved":
+            return {
+                "receipt": receipt.receipt_id,
+                "name": receipt.name,
+                "stage": "deliver",
+                "code": ErrorCode.DELIVERY_AMBIGUOUS.value,
+            }
+        return _recorded_failure(receipt)
 
     # ------------------------------------------------------------ abandon
 
@@ -392,10 +402,8 @@ class Handoffs:
         async with self._ctx.stores.locks.hold("controller", "receipts"):
             ctl = self._ctx.authority.check(identity, creds)
             receipt = self._load(ctl.controller_id, receipt_id)
-            if receipt.state not in OUTSTANDING_RECEIPTS:
-                raise PanewardenError(
-                    ErrorCode.LEASE_STATE, f"receipt {receipt_id} is {receipt.state}"
-                )
+            if receipt.state not in TRANSITIONS["abandon"][0]:
+                raise StaleReceipt(receipt, "abandon")
             pane = self._ctx.registry.panes.get(receipt.name)
             if (
                 pane is not None
@@ -406,7 +414,7 @@ class Handoffs:
                     ErrorCode.PANE_BUSY,
                     f"pane {receipt.name!r} is {pane.status.state}; abandon once it settles",
                 )
-            return self._save(receipt, state="abandoned")
+            return self._book.transition_locked(receipt_id, "abandon")
 
 
 # ---------------------------------------------------------------- helpers

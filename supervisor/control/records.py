@@ -13,13 +13,16 @@ State machines (every transition is in the module that owns the record):
 - pane lease (reviewer, writer, adopted): ``provisioning`` → ``active`` →
   ``closing``/``releasing`` → ``closed``/``released``; ``failed_closed`` when a start
   failed (nothing left running); ``release_failed`` when a release could not finish;
-  ``orphaned`` when its pane was found gone. *Retained* states keep the pane leased and
-  block conflicting leases.
+  ``orphaned`` when its pane was found gone at a restart (see
+  :mod:`supervisor.control.startup`). *Retained* states keep the pane leased and block
+  conflicting leases.
 - receipt: ``reserved`` (admitted, delivery under way or ambiguous) → ``pending``
   (the pane entered the prompt's turn) → ``completed`` (that turn settled and was
   collected); ``failed`` (delivery refused, pane gone or re-created); ``abandoned``
   (an ambiguous one released by the controller once the pane was seen settled).
   ``reserved`` and ``pending`` are *outstanding*: they block new prompts to the pane.
+  Which event moves a receipt from which state is the table of
+  :mod:`supervisor.control.receipt_book`, the only writer of receipts.
 """
 
 from __future__ import annotations

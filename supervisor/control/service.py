@@ -3,6 +3,7 @@ leases and receipt-bound handoffs, over the pane core it governs."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from supervisor.config import ServiceConfig
@@ -11,7 +12,9 @@ from supervisor.control.controllers import ControllerAuthority
 from supervisor.control.inventory import LeaseInventory
 from supervisor.control.pane_leases import PaneLeases
 from supervisor.control.receipts import Handoffs
+from supervisor.control.startup import StartupReport, reconcile_at_start
 from supervisor.control.stores import ControlStores
+from supervisor.panes.registry import ADOPTION_WAIT_S
 from supervisor.panes.service import PaneService
 
 
@@ -34,12 +37,16 @@ class ControlService:
         )
         self.handoffs = Handoffs(self.context)
         self.inventory = LeaseInventory(self.context)
+        self.startup: StartupReport | None = None
 
-    def start(self) -> None:
-        """Put the lease tags back on the panes that survived a restart, and close the
-        leases whose close a crash interrupted after their pane was gone."""
-        self.leases.restore_tags()
-        self.leases.finish_interrupted_closes()
+    async def start(self) -> None:
+        """Once every re-adoption has settled (bounded: a worker that never proves itself
+        is dropped within ``ADOPTION_WAIT_S``), reconcile the retained leases with the
+        panes that survived (see :mod:`supervisor.control.startup`)."""
+        pending = self.panes.registry.adoptions()
+        if pending:
+            await asyncio.wait(pending, timeout=ADOPTION_WAIT_S)
+        self.startup = await reconcile_at_start(self.leases, self.panes.registry, self.stores.locks)
 
     def store_report(self) -> dict[str, Any]:
         """Each store's lock state and quarantined records (no pid, lock id or token)."""

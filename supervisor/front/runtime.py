@@ -82,7 +82,7 @@ async def running_service(
         )
         await service.start()
         control = ControlService(config, service)
-        control.start()
+        await control.start()
         lanes = LaneService(control)
         ctl = CtlServer(
             ctl_path, Attestor(service.registry).identify, ctl_commands(control, lanes), audit

@@ -13,11 +13,13 @@ without the store locks, so a slow close never holds up other calls: it captures
 screen at ``expected_seq`` and records that capture's digest on the lease *before* the
 worker is asked to close, so a crash never loses the capture of a pane it closed; the
 worker's own capture, taken in the closing step, then replaces it (the same unless the
-screen changed without a status change). A refused close puts the lease back as it was.
+screen changed without a status change). Both follow the capture rule of receipts
+(``protocol.messages.CAPTURE_QUIET_S``): taken once the program is quiet, since a CLI may
+report its settle before it draws the reply. A refused close puts the lease back as it was.
 A lease a crash left ``closing`` is finished by the next close: closed with its recorded
 capture if the pane is gone (the worker closed it), closed again if it still runs; at a
 restart, one whose pane did not survive is closed at once
-(``PaneLeases.finish_interrupted_closes``).
+(:mod:`supervisor.control.startup`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.errors import ErrorCode, PanewardenError
-from protocol.messages import ReadScreen, ScreenText
+from protocol.messages import CAPTURE_QUIET_S, ReadScreen, ScreenText
 from supervisor.control.pane_leases import PaneLeases
 from supervisor.control.records import PaneLease, PaneLeaseState
 from supervisor.panes.driving import PaneDriver
@@ -135,7 +137,11 @@ async def finish_close(
             screen = await driver.rpc(
                 pane,
                 lambda rid: ReadScreen(
-                    rid=rid, lines=CAPTURE_LINES, scrollback=True, expected_seq=job.expected_seq
+                    rid=rid,
+                    lines=CAPTURE_LINES,
+                    scrollback=True,
+                    expected_seq=job.expected_seq,
+                    quiet_s=CAPTURE_QUIET_S,
                 ),
             )
             assert isinstance(screen, ScreenText)

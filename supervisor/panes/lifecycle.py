@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 
 from protocol.boot import PaneLaunch
 from protocol.errors import ErrorCode, PanewardenError
-from protocol.messages import Close, Closed, Failed
+from protocol.messages import CAPTURE_QUIET_S, READ_QUIET_MAX_S, Close, Closed, Failed
 from protocol.names import NAME_RULE, is_valid_name
 from protocol.timing import KILL_GRACE_S
 from supervisor.config import ServiceConfig
@@ -307,7 +307,8 @@ class PaneLifecycle:
         self, pane: Pane, expected_seq: int, capture_lines: int
     ) -> tuple[Closed, int]:
         """Capture and close ``pane`` in one worker step, only if it is still at
-        ``expected_seq``; returns (the worker's Closed, processes killed in all).
+        ``expected_seq``, once the program is quiet (the capture rule,
+        ``CAPTURE_QUIET_S``); returns (the worker's Closed, processes killed in all).
 
         Raises:
             PanewardenError: ``cursor_mismatch`` (the pane moved: it is left untouched),
@@ -323,8 +324,9 @@ class PaneLifecycle:
                 expected_seq=expected_seq,
                 capture_lines=capture_lines,
                 grace_s=KILL_GRACE_S,
+                quiet_s=CAPTURE_QUIET_S,
             ),
-            KILL_GRACE_S + 10,
+            READ_QUIET_MAX_S + KILL_GRACE_S + 10,
         )
         if isinstance(reply, Failed):
             raise PanewardenError(error_code(reply.code), reply.message)

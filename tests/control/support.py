@@ -42,9 +42,13 @@ def demo_argv(mark: str, step_s: float | None = None) -> list[str]:
     return [sys.executable, "-c", code, mark]
 
 
+SCRIPTED_AGENT = Path(__file__).with_name("scripted_agent.py")
+
+
 def coordination_profiles(marks: Marks) -> dict[str, Any]:
-    """Profiles ``demo`` (turns of ~0.1 s), ``slow`` (turns of ~2 s) and ``broken``
-    (a program that does not exist: every start fails)."""
+    """Profiles ``demo`` (turns of ~0.1 s), ``slow`` (turns of ~2 s), ``broken``
+    (a program that does not exist: every start fails) and ``scripted`` (the demo agent
+    with a late turn start and a late-drawn reply: ``tests/control/scripted_agent.py``)."""
     return {
         "max_panes": 64,
         "profiles": [
@@ -59,6 +63,12 @@ def coordination_profiles(marks: Marks) -> dict[str, Any]:
                 "name": "broken",
                 "agent": "demo",
                 "argv": [f"/nonexistent/{marks.run}/agent", marks.arg(2)],
+                "cwds": ["/"],
+            },
+            {
+                "name": "scripted",
+                "agent": "demo",
+                "argv": [sys.executable, str(SCRIPTED_AGENT), marks.arg(3)],
                 "cwds": ["/"],
             },
         ],

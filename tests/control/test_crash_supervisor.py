@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import random
 import signal
 import time
@@ -403,3 +404,62 @@ async def test_a_close_cut_short_before_the_worker_closed_leaves_the_pane_leased
 async def call_or_die_quietly(tools: Tools, tool: str, args: dict[str, Any]) -> None:
     with contextlib.suppress(Killed):
         await call_or_die(tools, tool, args)
+
+
+# ---------------------------------------------------------------- start-up reconciliation
+
+
+async def test_a_lease_whose_pane_died_with_the_supervisor_is_orphaned_at_the_restart(
+    http_coords: HttpCoords,
+) -> None:
+    # A pane's worker and the supervisor SIGKILLed at the same moment: the restarted
+    # service re-adopts only the other pane, and before its first answer it has moved
+    # the dead pane's reviewer lease to `orphaned`, with the reason, and says so in the
+    # log and in service_status. The survivor's lease is kept and its pane tagged.
+    running = http_coords.start(["alice"])
+    async with client_of(running, doomed=True) as tools:
+        ctl = await acquire(tools, "boss")
+        doomed = await ctl.reviewer("doomed")
+        kept = await ctl.reviewer("kept")
+        worker = (await pane_info(tools, "doomed"))["worker_pid"]
+        proc = running.service.proc
+        assert proc is not None
+        running.service.remember_children()
+        os.kill(proc.pid, signal.SIGKILL)
+        gone = send_signal(worker, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert await apoll(lambda: not alive(gone), 30), "the worker outlived its SIGKILL"
+    running.service.url_file.unlink(missing_ok=True)
+    running.service.start()
+    async with client_of(running) as tools:
+        assert [p["name"] for p in (await tools.call("list_panes"))["panes"]] == ["kept"]
+        leases = {x["lease_id"]: x for x in (await tools.call("reviewer_list"))["leases"]}
+        orphaned = leases[doomed["lease_id"]]
+        assert orphaned["state"] == "orphaned", orphaned
+        assert "did not survive the restart" in (orphaned["failure"] or ""), orphaned
+        assert leases[kept["lease_id"]]["state"] == "active"
+        assert (await pane_info(tools, "kept"))["lease"]["lease_id"] == kept["lease_id"]
+
+        startup = (await tools.call("service_status"))["startup"]
+        assert (startup["panes"], startup["matched"], startup["kept"]) == (1, 1, []), startup
+        (change,) = startup["changed"]
+        assert (change["lease_id"], change["previous"], change["state"]) == (
+            doomed["lease_id"],
+            "active",
+            "orphaned",
+        ), change
+        assert change["reason"] in orphaned["failure"]
+        assert f"{doomed['lease_id']} active->orphaned" in running.service.stderr()
+
+        # Still retained until the controller ends it; then the name is free again.
+        ctl = await World(running).regain(tools)
+        done = await ctl.call(
+            "lease_reconcile", lease_type="reviewer", lease_id=doomed["lease_id"], dry_run=False
+        )
+        assert done["action"] == "terminalised", done
+        closed = await ctl.call(
+            "reviewer_close",
+            lease_id=kept["lease_id"],
+            expected_seq=(await tools.call("get_status", name="kept"))["seq"],
+        )
+        assert closed["state"] == "closed"

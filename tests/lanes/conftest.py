@@ -15,6 +15,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import Tools, stdio_params
+from tests.control.support import SCRIPTED_AGENT
 from tests.lanes.gitrepo import Repo, head, make_repo, status_sha256
 
 AUTHORITY_SHA = hashlib.sha256(b"ticket 10 accepted").hexdigest()
@@ -22,12 +23,20 @@ CHECKPOINT_SHA = hashlib.sha256(b"checkpoint").hexdigest()
 
 
 def profiles_file(tmp: Path) -> Path:
-    """``demo`` anywhere; ``editor`` (the demo agent that edits files) below ``tmp``."""
+    """``demo`` anywhere; ``editor`` (the demo agent that edits files) below ``tmp``;
+    ``scripted`` (tests/control/scripted_agent.py: a late turn start, a late-drawn reply)
+    anywhere."""
     agent = [sys.executable, "-m", "supervisor.demo.agent"]
     path = tmp / "profiles.json"
     profiles = [
         {"name": "demo", "agent": "demo", "argv": agent, "cwds": ["/"]},
         {"name": "editor", "agent": "demo", "argv": [*agent, "--edits"], "cwds": [str(tmp)]},
+        {
+            "name": "scripted",
+            "agent": "demo",
+            "argv": [sys.executable, str(SCRIPTED_AGENT)],
+            "cwds": ["/"],
+        },
     ]
     path.write_text(json.dumps({"profiles": profiles}))
     return path

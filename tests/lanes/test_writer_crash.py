@@ -1,6 +1,7 @@
 """A supervisor SIGKILLed in the middle of writer_start leaves the provisioning lease on
-disk: a restarted service keeps it retained, refuses every conflicting writer, and admits
-one only after lease_reconcile ended it. Never two writers on one scope."""
+disk: a restarted service finds its pane gone and records it ``orphaned`` (still
+retained), refuses every conflicting writer, and admits one only after lease_reconcile
+ended it. Never two writers on one scope."""
 
 from __future__ import annotations
 
@@ -118,7 +119,8 @@ async def test_a_kill_mid_start_leaves_a_blocking_lease_until_reconciled(
             }
             lanes = Lanes(tools, creds, repo)
             (held,) = (await tools.call("writer_list"))["leases"]
-            assert held["state"] == "provisioning" and held["owned_scopes"] == ["src"]
+            assert held["state"] == "orphaned" and held["owned_scopes"] == ["src"], held
+            assert held["failure"].startswith("at the restart: "), held
             assert (await tools.call("list_panes"))["panes"] == []
 
             # Retained: the same worktree, an overlapping scope, a locked one, all refused.

@@ -8,8 +8,10 @@ import hashlib
 
 import pytest
 
+from tests.control.scripted_agent import LAST_LINE
 from tests.lanes.conftest import CHECKPOINT_SHA, Lanes
 from tests.lanes.gitrepo import git, head, status_sha256, tree_fingerprint
+from tests.polling import apoll
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -81,3 +83,40 @@ async def test_release_checks_seq_and_git_then_leaves_every_byte_in_place(lanes:
     assert status_sha256(wt) == expected_status
     again = await tools.error("writer_release", expected_seq=now["seq"], **release)
     assert again["code"] == "lease_state"
+
+
+async def test_a_release_at_the_settle_captures_the_reply_drawn_after_it(lanes: Lanes) -> None:
+    # The capture rule (quiet before the capture) holds for a writer's release as for a
+    # reviewer's close: the reply the agent draws after reporting `done` is in it.
+    tools, repo = lanes.tools, lanes.repo
+    prompt = "late-draw please"
+    # The same turn on an unleased pane left to finish drawing: what the capture must be.
+    await tools.call("start_pane", name="witness", profile="scripted", cwd="/")
+    await tools.wait("witness", until=["idle"])
+    sent = await tools.call("send_input", name="witness", text=prompt)
+    await tools.wait("witness", after=sent["seq"], until=["done"])
+
+    async def drawn() -> str | None:
+        text = str(
+            (await tools.call("read_output", name="witness", lines=10_000, scrollback=True))["text"]
+        )
+        lines = text.splitlines()
+        at = lines.index(LAST_LINE) if LAST_LINE in lines else -1
+        return text if 0 <= at < len(lines) - 1 and lines[at + 1].startswith(">") else None
+
+    final = await apoll(drawn, 30, interval_s=0.05)
+    assert final is not None, "the witness never drew its reply"
+    expected = hashlib.sha256(final.encode()).hexdigest()
+
+    wt = repo.worktree("wt-late", "lane-late")
+    lease = await lanes.start("late", wt, "lane-late", ["src"], profile="scripted")
+    await tools.wait("late", until=["idle"])
+    receipt_id = (await tools.call("relay", creds=lanes.creds, name="late", text=prompt))["receipt"]
+    (listed,) = [
+        r for r in (await tools.call("receipt_list"))["receipts"] if r["receipt"] == receipt_id
+    ]
+    settled = await tools.wait("late", after=listed["cursor"], until=["done"])
+    released = await lanes.release(lease, settled["seq"], wt)
+    assert released["state"] == "released" and released["closed_seq"] == settled["seq"]
+    assert released["capture_sha256"] == expected, "the capture missed the late-drawn reply"
+    await tools.call("remove_pane", name="witness")

@@ -301,9 +301,29 @@ class StoreState(TypedDict):
     quarantined: int
 
 
+class LeaseChangeInfo(TypedDict):
+    lease_id: str
+    lease_type: str
+    name: str
+    previous: str
+    state: str
+    reason: str
+
+
+class StartupInfo(TypedDict):
+    """The start-up reconciliation of retained leases with the re-adopted panes."""
+
+    at: float
+    panes: int
+    matched: int
+    changed: list[LeaseChangeInfo]
+    kept: list[LeaseChangeInfo]
+
+
 class ServiceStatusResult(TypedDict):
     version: str
     capabilities: list[str]
     panes: int
     leased_panes: int
     stores: dict[str, StoreState]
+    startup: StartupInfo | None

@@ -115,6 +115,7 @@ def lane_tool_specs(control: ControlService, lanes: LaneService) -> list[ToolSpe
             "panes": len(panes),
             "leased_panes": sum(1 for p in panes if p.lease is not None),
             "stores": control.store_report(),
+            "startup": None if control.startup is None else control.startup.as_result(),
         }
 
     lanes_group, coordination = "lanes", "coordination"
@@ -217,8 +218,9 @@ def lane_tool_specs(control: ControlService, lanes: LaneService) -> list[ToolSpe
         ),
         ToolSpec(
             "service_status",
-            "Version, capabilities, pane counts and each store's lock state "
-            "(absent, active, stale, indeterminate).",
+            "Version, capabilities, pane counts, each store's lock state "
+            "(absent, active, stale, indeterminate) and what the start-up reconciliation "
+            "of retained leases with the re-adopted panes did.",
             "read",
             EmptyArgs,
             cs.ServiceStatusResult,
