@@ -46,7 +46,7 @@ from mcp.types import TextContent
 from tests.control.conftest import ALL_SCOPES, coordination_env
 from tests.control.support import AUTHORITY_SHA, CHECKPOINT_SHA
 from tests.faults import Marks, ProcKey, alive, describe, key_of, ppid, seeded_rng, sigkill_all
-from tests.faults.coord_ledger import Ledger, check_records, read_records
+from tests.faults.coord_ledger import Ledger, Records, check_records, read_records
 from tests.lanes.gitrepo import head, make_repo, status_sha256
 from tests.polling import apoll
 from tests.service.conftest import Service, ServiceFactory, connect, digest, new_token
@@ -455,12 +455,36 @@ async def check_service(soak: Soak, where: str) -> None:
         for name in sorted({n for n in names if names.count(n) > 1}):
             ledger.fail(f"{where}: duplicated: lease_inventory shows {name} twice: {inventory}")
         panes = (await call(soak, "checker", client, "list_panes", {})).get("panes", [])
+    if where.startswith("after restart"):
+        check_reconciled(read_records(soak.state, where, ledger), panes, where, ledger)
     listed = {p["worker_pid"] for p in panes if p.get("worker_pid")}
     stray = {k for k in soak.marks.workers() if k[0] not in listed}
     stray |= {k for k in soak.marks.all_pane_procs() if ppid(k[0]) not in listed}
     if stray:
         assert soak.watchers is not None
         soak.watchers.start_soon(watch_strays, soak, where, stray)
+
+
+# Lease states that claim a live pane: after a restart each must have its pane back.
+CLAIMS_A_PANE = frozenset({"provisioning", "active", "closing", "releasing"})
+
+
+def check_reconciled(
+    records: Records, panes: list[dict[str, Any]], where: str, ledger: Ledger
+) -> None:
+    """After a restart no retained lease claims a pane the service did not re-adopt.
+
+    The start-up reconciliation runs before the first call is answered, so by the time
+    ``list_panes`` answered, a lease whose pane is gone reads ``orphaned`` (or its
+    close finished), never ``active``.
+    """
+    names = {p["name"] for p in panes}
+    for lease in records.pane_leases.values():
+        if lease.state in CLAIMS_A_PANE and lease.name not in names:
+            ledger.fail(
+                f"{where}: reconciliation: lease {lease.lease_id} of gone pane "
+                f"{lease.name} still reads {lease.state}"
+            )
 
 
 async def watch_strays(soak: Soak, where: str, stray: set[ProcKey]) -> None:
