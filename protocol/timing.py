@@ -23,6 +23,13 @@ KILL_GRACE_S = 2.0
 # Status records a pane keeps (worker and supervisor alike): a restarted supervisor gets
 # them with the worker's Hello, so a cursor taken before the restart still finds them.
 STATUS_HISTORY_RECORDS = 512
+# How long a worker waits after Enter for the program to show it took a prompt before it
+# answers ``delivery_ambiguous``: a CLI on a loaded machine takes seconds to open its turn
+# (OpenCode: 3 s from its cleared input box to working, 4 CPU hogs on 2 cores).
+SUBMIT_ACK_TIMEOUT_S = 20.0
+# How long the supervisor waits for the worker's answer to a ``WriteInput``: the worker's
+# own bounds (typing 10 s, the echo 3 s, then ``SUBMIT_ACK_TIMEOUT_S``) with room to spare.
+WRITE_INPUT_REPLY_S = SUBMIT_ACK_TIMEOUT_S + 25.0
 
 
 def heartbeat_period(heartbeat_loss_s: float) -> float:

@@ -94,6 +94,7 @@ class RequestHandler:
             self.scheduler,
             lambda: self.dialogs.in_progress,
             enter_after_echo=spec_for(agent).enter_after_echo,
+            submit_sign=spec_for(agent).submit_sign,
         )
 
     # ------------------------------------------------------------ scheduling

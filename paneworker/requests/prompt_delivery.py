@@ -12,10 +12,22 @@ blocked on a dialog or a dialog answer is being pressed (``pane_blocked``), or w
 a moment after the text (programs that read fast input as a paste would otherwise not
 submit it) and is not pressed if a dialog came up meanwhile: Enter would answer it.
 
-The reply is sent once the program shows it took the prompt (a turn started, the pane
-went working or blocked, or the typed text left the input line), else
-``delivery_ambiguous`` after ``SUBMIT_ACK_TIMEOUT_S``: "sent" never means "typed but
-not submitted". Its ``seq`` is the cursor taken before the first byte was queued.
+The reply is sent once the program shows it took the prompt, else ``delivery_ambiguous``
+after ``SUBMIT_ACK_TIMEOUT_S``: "sent" never means "typed but not submitted". Its ``seq``
+is the cursor taken before the first byte was queued. What shows it is the kind's
+``submit_sign``: ``turn`` (the measured CLIs): a turn started, the pane went working or
+blocked, or the program exited; ``turn_or_cleared`` (kinds whose working state may never
+be recognised): also the typed text leaving the input line. The cleared input line is no
+proof for the measured CLIs: OpenCode draws its input box before its session has loaded,
+and the typed text can leave the box without a turn ever opening (seen on a loaded
+machine: "sent", then the pane idle at turn 0 for good).
+
+A ``turn`` kind's Enter that plainly was not taken (the typed text still on the input
+line, no status change, the screen quiet for ``ENTER_RETRY_QUIET_S``) is pressed once
+more. That is safe where retyping is not: had the first Enter been taken, the input line
+would be empty by then, and an Enter on an empty input line submits nothing in the five
+measured CLIs. The text is never typed again (it may be on its way already), and the
+retry does not extend the bound.
 
 Some agents read an Enter that comes right after a paste as a newline inside the prompt
 (Gemini CLI 0.61.0 does until a 40 ms timer after the paste has run and the input box has
@@ -38,16 +50,19 @@ from dataclasses import dataclass
 
 from paneworker.requests.pane_io import PaneIO
 from paneworker.requests.scheduler import Scheduler
+from protocol.agents.spec import SubmitSign
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import WriteInput
+from protocol.timing import SUBMIT_ACK_TIMEOUT_S
 
 ENTER_DELAY_S = 0.05
 PASTE_START = b"\x1b[200~"
 PASTE_END = b"\x1b[201~"
-# After Enter, how often the pane is looked at for a sign that the prompt was taken, and
-# for how long before the delivery is reported ambiguous.
+# After Enter, how often the pane is looked at for a sign that the prompt was taken (for
+# how long: ``protocol.timing.SUBMIT_ACK_TIMEOUT_S``).
 SUBMIT_POLL_S = 0.02
-SUBMIT_ACK_TIMEOUT_S = 5.0
+# A quiet screen still showing the typed text this long after Enter: Enter was not taken.
+ENTER_RETRY_QUIET_S = 2.0
 # A program that does not read its input this long after it was queued: the prompt is
 # reported ambiguous (part of it may have been typed) and Enter is never pressed.
 TYPE_TIMEOUT_S = 10.0
@@ -74,6 +89,8 @@ class _Delivery:
     # Set once the request was answered; later callbacks of this delivery do nothing.
     answered: bool = False
     entered: bool = False
+    entered_at: float = 0.0
+    retried: bool = False
     turn: int = 0
     state: str = ""
     row: int = 0
@@ -107,11 +124,13 @@ class PromptDelivery:
         dialog_in_progress: Callable[[], bool],
         *,
         enter_after_echo: bool = False,
+        submit_sign: SubmitSign = "turn_or_cleared",
     ) -> None:
         self._io = io
         self._scheduler = scheduler
         self._dialog_in_progress = dialog_in_progress
         self._enter_after_echo = enter_after_echo
+        self._submit_sign = submit_sign
         self._queued: deque[WriteInput] = deque()
         self._busy = False
 
@@ -253,8 +272,10 @@ class PromptDelivery:
         io.queue(b"\r", lambda: self._entered(job), lambda: self._gone(job))
 
     def _entered(self, job: _Delivery) -> None:
-        job.entered = True
-        job.deadline = self._scheduler.clock() + SUBMIT_ACK_TIMEOUT_S
+        job.entered_at = self._scheduler.clock()
+        if not job.entered:
+            job.entered = True
+            job.deadline = job.entered_at + SUBMIT_ACK_TIMEOUT_S
         self._await_ack(job)
 
     def _input_line(self) -> tuple[int, str]:
@@ -266,10 +287,11 @@ class PromptDelivery:
     def _taken(self, job: _Delivery) -> bool:
         """True once the program shows it took the prompt.
 
-        Taken = the program exited; a turn started or the pane went working or blocked; or
-        the typed text, once seen on the cursor's row, is gone from it (the prompt was
-        cleared or the cursor moved on). A prompt never seen there (shown abbreviated)
-        counts only by status; an empty prompt counts on any change of the cursor's row.
+        Taken = the program exited; a turn started or the pane went working or blocked;
+        and for ``turn_or_cleared`` kinds also: the typed text, once seen on the cursor's
+        row, is gone from it (the prompt was cleared or the cursor moved on). A prompt
+        never seen there (shown abbreviated) counts only by status; an empty prompt counts
+        on any change of the cursor's row.
         """
         io = self._io
         status = io.screen.status
@@ -280,7 +302,7 @@ class PromptDelivery:
             status.state != job.state and status.state in ("working", "blocked")
         ):
             return True
-        if self._enter_after_echo:
+        if self._submit_sign == "turn":
             return False  # only the status tells (see the module docstring)
         row, line = self._input_line()
         if job.tail and job.tail in line:
@@ -291,6 +313,18 @@ class PromptDelivery:
             return True
         return (row, line) != (job.row, job.line) and not job.tail
 
+    def _enter_not_taken(self, job: _Delivery) -> bool:
+        """True when a ``turn`` kind plainly ignored Enter: the typed text is still on the
+        input line and the screen has been quiet since (the status did not move: the
+        caller checked ``_taken`` first)."""
+        if self._submit_sign != "turn" or job.retried or not job.tail:
+            return False
+        now = self._scheduler.clock()
+        quiet_since = max(job.entered_at, self._io.screen.last_activity)
+        if now - quiet_since < ENTER_RETRY_QUIET_S or self._dialog_in_progress():
+            return False
+        return job.tail in self._input_line()[1]
+
     def _await_ack(self, job: _Delivery) -> None:
         """Reply once the prompt was taken; ``delivery_ambiguous`` after the bound."""
         if job.answered:
@@ -298,6 +332,10 @@ class PromptDelivery:
         self._io.drain_output()
         if self._taken(job):
             self._reply_ok(job)
+            return
+        if self._enter_not_taken(job):
+            job.retried = True
+            self._press_enter(job)
             return
         if self._scheduler.clock() >= job.deadline:
             self._reply_failed(

@@ -16,6 +16,11 @@ from typing import Literal
 from protocol.agents.dialog_kit import Recogniser
 
 Evidence = Literal["measured", "inferred", "none"]
+# What makes the worker answer "sent" after Enter (docs/operations.md "Delivery
+# confirmation"): ``turn``: only the program's status (a turn opened, working, a dialog,
+# its exit); ``turn_or_cleared``: also the typed text leaving the input line, for kinds
+# whose working state may never be recognised (no rules for it, or rules not measured).
+SubmitSign = Literal["turn", "turn_or_cleared"]
 
 # The first element of an argument list that the kind refuses, with why; None if none.
 FlagCheck = Callable[[Sequence[str]], "tuple[int, str] | None"]
@@ -65,8 +70,16 @@ class AgentSpec:
     # True for programs that take an Enter right after a paste as a newline: Enter waits
     # until the typed text is echoed and the screen is quiet.
     enter_after_echo: bool
+    # What confirms a submitted prompt (see ``SubmitSign``). ``enter_after_echo`` kinds
+    # copy the prompt into their history and may turn Enter into a newline, so the text
+    # leaving the input line proves nothing for them: they must say ``turn``.
+    submit_sign: SubmitSign
     launch: LaunchRules
     # The flags ``reviewer_start`` turns ``model`` and ``effort`` into; None: not offered.
     model_flags: tuple[str, str] | None
     # One line for the docs and ``doctor``: what the kind is and what was measured.
     summary: str
+
+    def __post_init__(self) -> None:
+        if self.enter_after_echo and self.submit_sign != "turn":
+            raise ValueError(f"{self.name}: an enter_after_echo kind is confirmed by its turn only")

@@ -29,6 +29,7 @@ from protocol.messages import (
     WatchOutput,
     WriteInput,
 )
+from protocol.timing import WRITE_INPUT_REPLY_S
 from supervisor.panes.input_text import check_input_text
 from supervisor.panes.pane import Pane, wait_for_status
 from supervisor.panes.registry import PaneRegistry
@@ -86,6 +87,7 @@ class PaneDriver:
         reply = await self.rpc(
             pane,
             lambda rid: WriteInput(rid=rid, text=text, submit=submit, expect_turn=expect_turn),
+            WRITE_INPUT_REPLY_S,
         )
         assert isinstance(reply, Ok)
         return reply.seq, reply.turn

@@ -15,8 +15,9 @@ from collections.abc import Callable
 
 import pytest
 
-from paneworker.requests.prompt_delivery import SUBMIT_ACK_TIMEOUT_S
+from paneworker.requests.prompt_delivery import ENTER_ECHO_TIMEOUT_S, TYPE_TIMEOUT_S
 from protocol.messages import Failed, Ok, ReadScreen, ScreenText, WriteInput
+from protocol.timing import SUBMIT_ACK_TIMEOUT_S, WRITE_INPUT_REPLY_S
 from tests.paneworker.scripted_pane import (
     ScriptedPane,
 )
@@ -259,3 +260,84 @@ def test_a_prompt_left_in_the_input_line_is_delivery_ambiguous(
     assert isinstance(reply, Failed) and reply.code == "delivery_ambiguous", reply
     pane.clock.frozen = False
     assert pane.typed() == b"hello there\r"
+
+
+# OpenCode 1.18.33's home screen, cut down (an input box on row 10, the footer on row 30),
+# drawn before its session has loaded. Its first frame: the box with its placeholder.
+# "wipes": an Enter while it loads redraws the box empty and starts nothing (a first
+# prompt lost on a loaded machine); "ignores": the first Enter leaves the text in the box,
+# a second one starts the turn (the footer shows OpenCode's progress bar).
+OPENCODE_LIKE_AGENT = r"""
+import json, os, sys, tty
+log_path, frames_path = sys.argv[1], sys.argv[2]
+with open(frames_path, encoding="utf-8") as f:
+    mode = json.load(f)[0]
+tty.setraw(0)
+IDLE = "tab agents  ctrl+p commands"
+WORKING = "\u25a0\u25a0\u25a0\u2b1d\u2b1d\u2b1d\u2b1d\u2b1d  esc interrupt  " + IDLE
+def draw(text, footer):
+    os.write(1, ("\x1b[2J\x1b[30;1H" + footer + "\x1b[10;1H\u2503  " + text).encode())
+draw("Ask anything", IDLE)
+line, enters = "", 0
+with open(log_path, "ab", buffering=0) as log:
+    while True:
+        data = os.read(0, 4096)
+        if not data:
+            break
+        log.write(data)
+        if b"<end-of-test>" in data:
+            continue
+        for key in data.decode():
+            if key != "\r":
+                line += key
+                draw(line, IDLE)
+                continue
+            enters += 1
+            if mode == "wipes":
+                line = ""
+                draw(line, IDLE)
+            elif enters > 1:
+                draw(line, WORKING)
+"""
+
+
+def test_a_prompt_wiped_from_the_input_box_without_a_turn_is_never_reported_sent(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """OpenCode's first prompt on a loaded machine: the typed text left the input box
+    but no turn opened. That was answered "sent" (turn 0) and the prompt was lost; the
+    measured CLIs are confirmed by their turn only, so it is delivery_ambiguous."""
+    pane = scripted("opencode", ["wipes"], OPENCODE_LIKE_AGENT)
+    pane.pump_until(lambda: pane.screen.status.state == "idle")
+    pane.requests.handle(WriteInput(rid=71, text="hello there"))
+    pane.pump_until(lambda: pane.unseen().endswith(b"\r") and not pane.shows("hello there"))
+    # The old rule answered on the first look at the wiped box; give it a few.
+    window_ends = time.monotonic() + 0.5
+    pane.pump_until(lambda: pane.reply(71) is not None or time.monotonic() > window_ends)
+    assert pane.reply(71) is None, pane.reply(71)
+    pane.clock.freeze()
+    pane.clock.now += SUBMIT_ACK_TIMEOUT_S + 1
+    reply = pane.wait_reply(71)
+    assert isinstance(reply, Failed) and reply.code == "delivery_ambiguous", reply
+    pane.clock.frozen = False
+    assert pane.screen.status.turn == 0
+    assert pane.typed() == b"hello there\r"  # typed once, Enter once: nothing to retry
+
+
+def test_an_enter_the_program_ignored_is_pressed_once_more(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """The text still in the box, nothing changed, the screen quiet: Enter was not taken,
+    and a second Enter (never a second copy of the text) starts the turn."""
+    pane = scripted("opencode", ["ignores"], OPENCODE_LIKE_AGENT)
+    pane.pump_until(lambda: pane.screen.status.state == "idle")
+    pane.requests.handle(WriteInput(rid=72, text="hello there"))
+    reply = pane.wait_reply(72, timeout_s=10)
+    assert isinstance(reply, Ok), reply
+    assert reply.turn == pane.screen.status.turn == 1
+    assert pane.typed() == b"hello there\r\r"
+
+
+def test_the_supervisor_waits_for_a_delivery_longer_than_the_worker_may_take() -> None:
+    """Else a slow but bounded delivery would reach the caller as a request timeout."""
+    assert TYPE_TIMEOUT_S + ENTER_ECHO_TIMEOUT_S + SUBMIT_ACK_TIMEOUT_S < WRITE_INPUT_REPLY_S

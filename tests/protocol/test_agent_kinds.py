@@ -107,6 +107,15 @@ def test_only_kiro_and_devin_are_inferred() -> None:
     assert {s.name for s in SPECS.values() if s.evidence == "none"} == {"generic"}
 
 
+def test_the_measured_clis_are_confirmed_by_their_turn_alone() -> None:
+    """A cleared input line is no proof that one of them took a prompt (OpenCode's box
+    empties before its session loaded): docs/operations.md "Delivery confirmation"."""
+    by_turn = {s.name for s in SPECS.values() if s.submit_sign == "turn"}
+    assert by_turn == {"claude", "codex", "gemini", "opencode", "qwen"}
+    with pytest.raises(ValueError, match="turn only"):
+        dataclasses.replace(spec_for("gemini"), submit_sign="turn_or_cleared")
+
+
 @pytest.mark.parametrize("agent", AGENT_KINDS)
 def test_the_docs_have_a_row_for_every_kind(agent: str) -> None:
     """Both per-kind tables of docs/operations.md ("Per agent kind", "answer_dialog per

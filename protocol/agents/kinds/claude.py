@@ -100,6 +100,7 @@ SPEC = AgentSpec(
     rules="claude",
     dialogs=recognise,
     enter_after_echo=False,
+    submit_sign="turn",
     launch=NO_LAUNCH_RULES,
     model_flags=("--model", "--effort"),
     summary="Claude Code: OSC 7501 status, Bash and folder-trust dialogs, reviewer model flags",

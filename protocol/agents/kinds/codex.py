@@ -71,6 +71,7 @@ SPEC = AgentSpec(
     rules="codex",
     dialogs=recognise,
     enter_after_echo=False,
+    submit_sign="turn",
     launch=NO_LAUNCH_RULES,
     model_flags=None,
     summary="Codex: OSC 7501 status, command approvals, sign-in screen",

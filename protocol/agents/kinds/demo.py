@@ -52,6 +52,7 @@ SPEC = AgentSpec(
     rules="demo",
     dialogs=recognise,
     enter_after_echo=False,
+    submit_sign="turn_or_cleared",
     launch=NO_LAUNCH_RULES,
     model_flags=None,
     summary="the bundled demo agent: OSC 7501 status, its permission dialog (docs/design.md §11)",

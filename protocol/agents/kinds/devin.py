@@ -64,6 +64,7 @@ SPEC = AgentSpec(
     rules="devin",
     dialogs=recognise,
     enter_after_echo=False,
+    submit_sign="turn_or_cleared",
     launch=NO_LAUNCH_RULES,
     model_flags=None,
     summary="Devin: inferred from public descriptions, not measured",

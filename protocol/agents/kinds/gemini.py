@@ -115,6 +115,7 @@ SPEC = AgentSpec(
     rules="gemini",
     dialogs=recognise,
     enter_after_echo=True,
+    submit_sign="turn",
     launch=LaunchRules(
         cli_names=approval_mode.CLI_NAMES,
         refusal=approval_mode.REFUSAL,

@@ -11,6 +11,7 @@ SPEC = AgentSpec(
     rules="generic",
     dialogs=None,
     enter_after_echo=False,
+    submit_sign="turn_or_cleared",
     launch=NO_LAUNCH_RULES,
     model_flags=None,
     summary="any other program: runs, status from OSC 7501 only, dialogs never answered",

@@ -98,6 +98,7 @@ SPEC = AgentSpec(
     rules="kiro",
     dialogs=recognise,
     enter_after_echo=False,
+    submit_sign="turn_or_cleared",
     launch=NO_LAUNCH_RULES,
     model_flags=None,
     summary="Kiro: inferred from public descriptions, not measured",

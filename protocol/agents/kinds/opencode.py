@@ -130,6 +130,7 @@ SPEC = AgentSpec(
     rules="opencode",
     dialogs=recognise,
     enter_after_echo=False,
+    submit_sign="turn",
     launch=LaunchRules(
         cli_names=("opencode",),
         refusal="auto-approve flag refused for opencode",

@@ -88,6 +88,7 @@ SPEC = AgentSpec(
     rules="qwen",
     dialogs=recognise,
     enter_after_echo=True,
+    submit_sign="turn",
     launch=LaunchRules(
         cli_names=approval_mode.CLI_NAMES,
         refusal=approval_mode.REFUSAL,
