@@ -3,8 +3,9 @@
 States of one delivery (one at a time per pane; later ones queue behind it, so two
 prompts can never interleave their text and Enter):
 
-``typing`` -> (text written) -> ``entering`` (after ``ENTER_DELAY_S``) -> (Enter written)
--> ``acknowledging`` -> Ok | ``delivery_ambiguous``.
+``quiet`` (``TYPE_QUIET_S``, at most ``READ_QUIET_MAX_S``) -> ``typing`` -> (text written)
+-> ``entering`` (after ``ENTER_DELAY_S``) -> (Enter written) -> ``acknowledging`` -> Ok |
+``delivery_ambiguous``.
 
 Every check runs in the loop step that acts on it: input is refused while the pane is
 blocked on a dialog or a dialog answer is being pressed (``pane_blocked``), or when
@@ -52,10 +53,16 @@ from paneworker.requests.pane_io import PaneIO
 from paneworker.requests.scheduler import Scheduler
 from protocol.agents.spec import SubmitSign
 from protocol.errors import ErrorCode, PanewardenError
-from protocol.messages import WriteInput
+from protocol.messages import CAPTURE_QUIET_S, READ_QUIET_MAX_S, WriteInput
 from protocol.timing import SUBMIT_ACK_TIMEOUT_S
 
 ENTER_DELAY_S = 0.05
+# A prompt is typed once the program was quiet this long (at most READ_QUIET_MAX_S after
+# it arrived): the capture rule, for the turn mark taken as it is typed. A CLI that
+# reports its settle before it draws the reply (Claude Code under load) would otherwise
+# have the next prompt's mark taken of a half-drawn screen, which its redrawn transcript
+# never lines up with (the next turn's output then falls back to the newest lines).
+TYPE_QUIET_S = CAPTURE_QUIET_S
 PASTE_START = b"\x1b[200~"
 PASTE_END = b"\x1b[201~"
 # After Enter, how often the pane is looked at for a sign that the prompt was taken (for
@@ -142,17 +149,38 @@ class PromptDelivery:
 
     def _next(self) -> None:
         while self._queued and not self._busy:
-            msg = self._queued.popleft()
-            try:
-                self._type(msg)
-            except PanewardenError as exc:
-                self._io.fail(msg.rid, exc)
+            self._type_when_quiet(self._queued.popleft(), self._scheduler.clock())
+
+    def _type_when_quiet(self, msg: WriteInput, since: float) -> None:
+        """Type ``msg`` once the program wrote nothing for ``TYPE_QUIET_S`` (at most
+        ``READ_QUIET_MAX_S`` after ``since``); its checks run when it is typed."""
+        try:
+            # Refused at once when it arrives, and checked again when it is typed.
+            self._check(msg)
+            self._io.screen.drain()
+            now = self._scheduler.clock()
+            last = self._io.screen.last_activity
+            wait = min(last + TYPE_QUIET_S - now, since + READ_QUIET_MAX_S - now)
+            if wait > 0:
+                self._busy = True  # later prompts queue behind this one, as while typing
+                self._scheduler.later(wait, lambda: self._quiet_now(msg, since))
+                return
+            self._type(msg)
+        except PanewardenError as exc:
+            self._io.fail(msg.rid, exc)
+
+    def _quiet_now(self, msg: WriteInput, since: float) -> None:
+        self._busy = False
+        self._type_when_quiet(msg, since)
+        self._next()
 
     def _finish(self) -> None:
         self._busy = False
         self._next()
 
-    def _type(self, msg: WriteInput) -> None:
+    def _check(self, msg: WriteInput) -> None:
+        """Refuse ``msg`` while its program is gone, a dialog is up or being answered,
+        or the pane is at another turn than it expects."""
         io = self._io
         io.running_program()
         status = io.screen.status
@@ -166,6 +194,10 @@ class PromptDelivery:
                 ErrorCode.CURSOR_MISMATCH,
                 f"the pane is at turn {status.turn}, not {msg.expect_turn}",
             )
+
+    def _type(self, msg: WriteInput) -> None:
+        io = self._io
+        self._check(msg)
         job = _Delivery(msg.rid, io.cursor(), _prompt_tail(msg.text), msg.submit)
         # Before a byte is typed: the turn this prompt starts is what changes from here.
         io.screen.mark_input(job.cursor)

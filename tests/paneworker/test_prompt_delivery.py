@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import pytest
 
-from paneworker.requests.prompt_delivery import ENTER_ECHO_TIMEOUT_S, TYPE_TIMEOUT_S
+from paneworker.requests.prompt_delivery import ENTER_ECHO_TIMEOUT_S, TYPE_QUIET_S, TYPE_TIMEOUT_S
 from protocol.messages import Failed, Ok, ReadScreen, ScreenText, WriteInput
 from protocol.timing import SUBMIT_ACK_TIMEOUT_S, WRITE_INPUT_REPLY_S
 from tests.paneworker.scripted_pane import (
@@ -151,6 +151,7 @@ def test_enter_is_not_pressed_into_a_dialog_reported_after_the_text(
     pane = scripted("generic", ["asks"], LINE_AGENT)
     pane.pump_until(lambda: pane.shows(">"))
     pane.clock.freeze()
+    pane.clock.now += TYPE_QUIET_S  # the program drew its prompt that long ago: typed at once
     pane.requests.handle(WriteInput(rid=41, text="go!"))
     assert pane.program is not None
     # Wait (bounded) until the program wrote its whole report, without reading it:
@@ -341,3 +342,58 @@ def test_an_enter_the_program_ignored_is_pressed_once_more(
 def test_the_supervisor_waits_for_a_delivery_longer_than_the_worker_may_take() -> None:
     """Else a slow but bounded delivery would reach the caller as a request timeout."""
     assert TYPE_TIMEOUT_S + ENTER_ECHO_TIMEOUT_S + SUBMIT_ACK_TIMEOUT_S < WRITE_INPUT_REPLY_S
+
+
+# A TUI that reports its settle before it draws the reply (Claude Code under load) and
+# redraws its whole transcript on each submit, clearing the scrollback (as Claude does).
+LATE_REPLY_AGENT = r"""
+import os, sys, time, tty
+tty.setraw(0)
+transcript = []
+os.write(1, b"> ")
+line = b""
+while True:
+    data = os.read(0, 4096)
+    if not data:
+        break
+    for key in data:
+        if key != 13:
+            line += bytes([key])
+            os.write(1, bytes([key]))
+            continue
+        os.write(1, b"\x1b]7501;state=working\x1b\\")
+        transcript.append(b"> " + line)
+        os.write(1, b"\x1b[3J\x1b[H\x1b[2J" + b"\r\n".join(transcript) + b"\r\n")
+        os.write(1, b"\x1b]7501;state=idle\x1b\\")
+        time.sleep(0.15)  # the reply comes after the settle was reported (within the rule)
+        transcript.append(b"reply: " + line)
+        os.write(1, b"reply: " + line + b"\r\n> ")
+        line = b""
+"""
+
+
+def test_a_prompt_sent_at_a_settle_reported_early_gets_only_its_own_turn_output(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """The second prompt is sent the moment the first turn reads settled, before its
+    reply is drawn: it is typed once the program is quiet, so its turn mark holds the
+    first reply and the second turn's output does not."""
+    pane = scripted("generic", [], LATE_REPLY_AGENT)
+    assert isinstance(submit(pane, "alpha", rid=61), Ok)
+    pane.pump_until(lambda: pane.screen.status.state == "done" and pane.screen.status.turn == 1)
+    assert not pane.shows("reply: alpha")  # settled, not drawn yet
+    pane.requests.handle(WriteInput(rid=62, text="bravo"))
+    second = pane.wait_reply(62)
+    assert isinstance(second, Ok), second
+    pane.pump_until(lambda: pane.shows("reply: bravo"))
+    pane.requests.handle(ReadScreen(rid=63, since_input=second.seq, quiet_s=TYPE_QUIET_S))
+
+    def screens() -> list[ScreenText]:
+        return [m for m in pane.link.sent if isinstance(m, ScreenText) and m.rid == 63]
+
+    pane.pump_until(lambda: bool(screens()) or pane.reply(63) is not None)
+    assert pane.reply(63) is None, pane.reply(63)
+    (screen,) = screens()
+    assert screen.cut == "turn", screen
+    assert "alpha" not in screen.text, screen.text
+    assert "reply: bravo" in screen.text, screen.text

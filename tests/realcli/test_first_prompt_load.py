@@ -14,7 +14,9 @@ keeps the contract if it is ``delivery_ambiguous``; the opt-in run fails on any 
 (under this load every first prompt should be taken), the suite's round only on another
 code, so that a CLI's rare slow start does not make CI flaky.
 
-The suite runs ``LOAD_STARTS_DEFAULT`` round; ``PANEWARDEN_LOAD_STARTS=10`` runs ten, with
+It is marked ``load`` and left out of the default run (its hogs would make every test
+beside it a load test too): ``.ci/run`` runs it alone, ``pytest -m load -n 0 …``.
+That run is ``LOAD_STARTS_DEFAULT`` round; ``PANEWARDEN_LOAD_STARTS=10`` runs ten, with
 two more hogs (``-s`` prints the figures per CLI: accepted, refused, settled, settled
 before the reply was drawn, slowest acknowledgement).
 """
@@ -43,8 +45,8 @@ dialog_env = dialogs.dialog_env
 LOAD_STARTS_DEFAULT = 1
 STARTS = int(os.environ.get("PANEWARDEN_LOAD_STARTS", str(LOAD_STARTS_DEFAULT)))
 # Busy loops beside the CLIs: with them, runnable processes outnumber the cores even
-# while every CLI waits on its model. The suite's round runs beside the other xdist
-# workers and takes one per core (less CPU taken from them); the opt-in runs two more.
+# while every CLI waits on its model. The default round takes one per core; the opt-in
+# run two more.
 CORES = len(os.sched_getaffinity(0))
 HOGS = CORES + 2 if "PANEWARDEN_LOAD_STARTS" in os.environ else CORES
 # Per round: the start, idle, the turn and the removal of five CLIs on a loaded machine.
@@ -134,6 +136,7 @@ async def _first_prompt(env: Env, cli: str, name: str, tally: Tally) -> None:
 
 
 @pytest.mark.realcli
+@pytest.mark.load
 @pytest.mark.usefixtures("cpu_hogs")
 async def test_every_accepted_first_prompt_reaches_its_settle_under_load(
     dialog_env: Env,
