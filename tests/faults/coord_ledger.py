@@ -58,8 +58,10 @@ RECEIPT_NEXT: Mapping[str, frozenset[str]] = {
 PANE_LEASE_NEXT: Mapping[str, frozenset[str]] = {
     "provisioning": frozenset({"active", "failed_closed", "orphaned"}),
     "active": frozenset({"closing", "releasing", "failed_closed", "orphaned"}),
-    "closing": frozenset({"closed", "orphaned"}),
-    "releasing": frozenset({"released", "release_failed", "orphaned"}),
+    # A refused close or release (the pane moved past expected_seq, a timeout) puts the
+    # lease back in the state it left.
+    "closing": frozenset({"closed", "orphaned", "active"}),
+    "releasing": frozenset({"released", "release_failed", "orphaned", "active"}),
     "release_failed": frozenset({"releasing", "failed_closed", "orphaned"}),
     "orphaned": frozenset({"failed_closed"}),
     "closed": frozenset(),
