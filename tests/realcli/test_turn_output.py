@@ -43,7 +43,7 @@ async def test_a_receipt_holds_its_own_turn_and_not_the_one_before(
     )
     await _ready(env, cli, start=False)
     first, second = f"alpha{secrets.token_hex(3)}", f"bravo{secrets.token_hex(3)}"
-    outputs = []
+    outputs, cuts = [], []
     for word in (first, second):
         done = await tools.call(
             "handoff", creds=creds, name=cli, text=f"SAY: {word} reply", timeout_s=60
@@ -52,6 +52,7 @@ async def test_a_receipt_holds_its_own_turn_and_not_the_one_before(
         (item,) = done["completed"]
         assert item["status"]["state"] == "done", done
         outputs.append(item["output"])
+        cuts.append(item["cut"])
     screen = (await tools.call("read_output", name=cli, scrollback=True))["text"]
     for word, output in zip((first, second), outputs, strict=True):
         # The reply itself (the prompt's echo holds the word too, after "SAY:").
@@ -64,5 +65,6 @@ async def test_a_receipt_holds_its_own_turn_and_not_the_one_before(
         for line in outputs[1].splitlines()
         if first in line and not line.rstrip().endswith(f"· SAY: {first} reply")
     ]
-    assert not leaked, f"{cli}: the first turn leaked into the second:\n{outputs[1]}"
+    where = f"{cli}: the first turn leaked into the second (cut {cuts[1]})"
+    assert not leaked, f"{where}:\n{outputs[1]}"
     assert first in screen or cli == "opencode", screen  # still shown, yet not returned
