@@ -200,7 +200,7 @@ class PromptDelivery:
         self._check(msg)
         job = _Delivery(msg.rid, io.cursor(), _prompt_tail(msg.text), msg.submit)
         # Before a byte is typed: the turn this prompt starts is what changes from here.
-        io.screen.mark_input(job.cursor)
+        io.screen.mark_input(job.cursor, msg.text)
         job.tail_shown = self._tail_shown(job.tail)
         payload = msg.text.encode()
         if io.screen.terminal.bracketed_paste and payload:

@@ -381,12 +381,13 @@ class ScreenState:
             rows = self.terminal.history_lines() + rows
         return _render(rows, lines)
 
-    def mark_input(self, cursor: int) -> None:
-        """Mark where the screen stands before the input taken at ``cursor`` is typed."""
+    def mark_input(self, cursor: int, prompt: str = "") -> None:
+        """Mark where the screen stands before ``prompt``, the input taken at ``cursor``,
+        is typed."""
         self.catch_up()
         terminal = self.terminal
         self.turn_marks.record(
-            cursor, take_mark(terminal.history_lines(), terminal.display_lines())
+            cursor, take_mark(terminal.history_lines(), terminal.display_lines(), prompt)
         )
 
     def turn_text(self, cursor: int, lines: int | None) -> str | None:

@@ -16,6 +16,14 @@ submit; a scrollback trimmed at its bound; a resize that reflowed it), the marke
 looked for by their content instead. Found nowhere, there is no safe cut and the caller
 falls back to the newest lines.
 
+A row the program repaints above the turn (Claude Code's banner logo animates for
+seconds after start-up, longer on a loaded machine) differs from the mark too, and would
+pull everything below it into the turn. So when the prompt's echo is on screen at or
+after the first difference, the output starts at the echo: every agent CLI echoes the
+submitted prompt at the top of its turn. A prompt too short to be told from other text
+(``ECHO_MIN_CHARS``), or one shown otherwise (a paste collapsed to a placeholder), keeps
+the first difference.
+
 Marks are kept per input cursor (the seq a ``WriteInput`` reply returned), the newest
 ``MAX_MARKS`` of them: a receipt is collected while its turn is the pane's latest.
 """
@@ -27,6 +35,10 @@ from dataclasses import dataclass
 
 # Marks kept per pane: prompts whose turn output may still be asked for.
 MAX_MARKS = 16
+# The echo looked for is the start of the prompt's first line, this long at most, and
+# not looked for when shorter than ECHO_MIN_CHARS ("y" or "1" is in too many rows).
+ECHO_CHARS = 16
+ECHO_MIN_CHARS = 4
 
 
 @dataclass(frozen=True)
@@ -40,12 +52,25 @@ class TurnMark:
     history_head: str | None
     history_tail: str | None
     display: tuple[str, ...]
+    # The start of the prompt as its echo shows it (whitespace runs squeezed), or "".
+    echo: str = ""
 
 
-def take_mark(history: list[str], display: list[str]) -> TurnMark:
-    """The mark of a screen whose scrollback and visible rows are these."""
+def take_mark(history: list[str], display: list[str], prompt: str = "") -> TurnMark:
+    """The mark of a screen whose scrollback and visible rows are these, before
+    ``prompt`` is typed."""
     head, tail = (history[0], history[-1]) if history else (None, None)
-    return TurnMark(len(history), head, tail, tuple(display))
+    return TurnMark(len(history), head, tail, tuple(display), _echo_of(prompt))
+
+
+def _squeeze(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _echo_of(prompt: str) -> str:
+    first = next((line for line in prompt.splitlines() if line.strip()), "")
+    echo = _squeeze(first)[:ECHO_CHARS].strip()
+    return echo if len(echo) >= ECHO_MIN_CHARS else ""
 
 
 def rows_since(mark: TurnMark, history: list[str], display: list[str]) -> list[str] | None:
@@ -57,7 +82,17 @@ def rows_since(mark: TurnMark, history: list[str], display: list[str]) -> list[s
         base = _base_redrawn(mark, rows)
     if base is None:
         return None
-    return rows[base + _same_run(mark.display, rows, base) :]
+    start = base + _same_run(mark.display, rows, base)
+    return rows[_echo_at(mark.echo, rows, start) :]
+
+
+def _echo_at(echo: str, rows: list[str], start: int) -> int:
+    """The first row from ``start`` on that shows ``echo``; ``start`` without one."""
+    if echo:
+        for at in range(start, len(rows)):
+            if echo in _squeeze(rows[at]):
+                return at
+    return start
 
 
 def _base_in_place(mark: TurnMark, history: list[str]) -> int | None:

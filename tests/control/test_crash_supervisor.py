@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 import msgspec
+import psutil
 import pytest
 
 from supervisor.store.statedir import atomic_write
@@ -327,12 +328,23 @@ async def test_supervisor_sigkilled_during_coordination_calls(http_coords: HttpC
 # ---------------------------------------------------------------- closes cut short
 
 
+def _stopped(pid: int) -> bool:
+    """Whether ``pid`` is alive and stopped (a SIGCONT or its death ends that)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except psutil.NoSuchProcess:
+        return False
+
+
 async def test_a_close_cut_short_after_the_worker_closed_keeps_its_capture(
     http_coords: HttpCoords,
 ) -> None:
-    # The program is stopped, so the worker's close waits out its kill grace (2 s) with
-    # the lease `closing`: the supervisor is SIGKILLed right then. The capture digest is
-    # already on the lease, and the restarted service records the lease `closed`.
+    # The program is stopped, so the close's capture is its last screen. The supervisor
+    # records the capture, then sends the worker its Close: it is SIGKILLed once the worker
+    # acted on it (the worker's SIGCONT set the program going), with the lease `closing`
+    # and the capture digest on it; the restarted service records the lease `closed`.
+    # (Killed before the Close went out, the lease would stay `closing` with its pane
+    # alive, for the next close to finish: not this test's case.)
     running = http_coords.start(["alice"])
     async with client_of(running, doomed=True) as tools:
         ctl = await acquire(tools, "boss")
@@ -352,6 +364,8 @@ async def test_a_close_cut_short_after_the_worker_closed_keeps_its_capture(
             assert captured, "the closing lease never recorded its capture"
             record = pane_lease_records(running.state)[lease["lease_id"]]
             assert record.state == "closing"
+            # On a loaded machine the capture can be on disk before the Close is sent.
+            assert await apoll(lambda: not _stopped(pane["pid"]), 20), "no Close reached it"
             running.service.remember_children()
             assert running.service.proc is not None
             running.service.proc.kill()

@@ -113,3 +113,35 @@ def test_a_transcript_drawn_again_after_clearing_is_found_by_its_content(
     screen.mark_input(4)
     screen.feed(b"\x1b[3J\x1b[2J\x1b[H" + transcript + b"> again\r\nanswer\r\n-----\r\n> ")
     assert screen.turn_text(4, None) == "> again\nanswer\n-----\n>"
+
+
+@pytest.mark.parametrize("emulator", ALL)
+def test_a_banner_repainted_above_the_turn_is_not_part_of_it(emulator: str) -> None:
+    # Claude Code's banner logo animates after start-up (for longer on a loaded machine):
+    # its row differs from the mark although the turn never touched it. The turn starts
+    # at its prompt's echo, below it.
+    screen = _screen(emulator)
+    screen.feed(b"logo A\r\n> SAY: first\r\nfirst\r\n> ")
+    screen.mark_input(3, "SAY: second one")
+    screen.feed(b"\x1b[s\x1b[1;1Hlogo B\x1b[u")  # the logo's next frame
+    screen.feed(b"SAY: second one\r\nsecond\r\n> ")
+    assert screen.turn_text(3, None) == "> SAY: second one\nsecond\n>"
+    # A prompt too short to be told from other text keeps the first difference.
+    screen.mark_input(4, "y")
+    screen.feed(b"\x1b[s\x1b[1;1Hlogo C\x1b[u")
+    screen.feed(b"y\r\nyes\r\n> ")
+    text = screen.turn_text(4, None)
+    assert text is not None and text.startswith("logo C\n"), text
+
+
+@pytest.mark.parametrize("emulator", ALL)
+def test_the_echo_is_looked_for_only_below_the_first_difference(emulator: str) -> None:
+    # The same prompt twice: the second turn's output starts at its own echo, not at the
+    # first turn's (above the first difference).
+    screen = _screen(emulator)
+    screen.feed(b"> ")
+    screen.mark_input(1, "SAY: again")
+    screen.feed(b"SAY: again\r\nagain\r\n> ")
+    screen.mark_input(2, "SAY: again")
+    screen.feed(b"SAY: again\r\nagain 2\r\n> ")
+    assert screen.turn_text(2, None) == "> SAY: again\nagain 2\n>"
