@@ -9,6 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from protocol.agents.table import AGENT_KINDS
+from protocol.egress import Destination
 from protocol.timing import DEFAULT_ORPHAN_GRACE_S, HEARTBEAT_S, KILL_GRACE_S, ORPHAN_AFTER_S
 
 # Scrollback lines a pane keeps (the supervisor sends no other value today).
@@ -44,6 +45,13 @@ class PaneLaunch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     emulator: str = DEFAULT_EMULATOR
     output_buffer_bytes: int = DEFAULT_OUTPUT_BUFFER_MB * MIB
     output_overflow: str = "throttle"
+    # The program runs in a sandbox (its argv is bwrap's; supervisor.confinement): the
+    # worker starts it with ^C, ^\ and ^Z ignored by the sandbox's own processes.
+    confined: bool = False
+    # A confined pane with a `network` list: the destinations it may reach, and the Unix
+    # socket the worker's egress proxy listens on for them (bound into the sandbox).
+    egress: list[Destination] = []
+    egress_socket: str = ""
 
 
 class BootRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

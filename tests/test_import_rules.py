@@ -25,15 +25,17 @@ SHARED_MODULES = {"config", "procfs", "version", "exit_codes"}
 SUPERVISOR_ROOMS: dict[str, set[str]] = {
     "store": set(),
     "profiles": set(),
+    "confinement": set(),
     "auth": {"store"},
     "workers": {"store"},
-    "panes": {"store", "profiles", "workers"},
+    "panes": {"store", "profiles", "workers", "confinement"},
     "control": {"store", "panes", "profiles"},
-    "lanes": {"store", "panes", "profiles", "control", "workers"},
+    "lanes": {"store", "panes", "profiles", "control", "workers", "confinement"},
     "front": {"store", "profiles", "auth", "panes", "control", "lanes", "workers"},
     "demo": set(),
     "cli": {
-        "store", "profiles", "auth", "workers", "panes", "control", "lanes", "front", "demo"
+        "store", "profiles", "auth", "workers", "panes", "control", "lanes", "front", "demo",
+        "confinement",
     },
 }  # fmt: skip
 
@@ -41,11 +43,12 @@ SUPERVISOR_ROOMS: dict[str, set[str]] = {
 # the status machine and the process code are pure, the loop sits on top of requests.
 PANEWORKER_ROOMS: dict[str, set[str]] = {
     "procs": set(),
+    "confine": set(),
     "status": set(),
     "screen": {"status", "procs"},
     "requests": {"screen", "status", "procs"},
-    "loop": {"requests", "screen", "status", "procs"},
-    "template": {"loop", "requests", "screen", "status", "procs"},
+    "loop": {"requests", "screen", "status", "procs", "confine"},
+    "template": {"loop", "requests", "screen", "status", "procs", "confine"},
 }
 # The top of paneworker/ holds only the package and its ``python -m`` entry.
 PANEWORKER_TOP = {"__init__": set[str](), "__main__": {"loop"}}

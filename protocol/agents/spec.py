@@ -79,6 +79,9 @@ class AgentSpec:
     model_flags: tuple[str, str] | None
     # One line for the docs and ``doctor``: what the kind is and what was measured.
     summary: str
+    # What the program must write under HOME (paths relative to it) when its pane is
+    # confined: the rest of HOME stays read-only there (supervisor.confinement).
+    home_writable: tuple[str, ...]
 
     def __post_init__(self) -> None:
         if self.enter_after_echo and self.submit_sign != "turn":

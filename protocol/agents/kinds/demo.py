@@ -56,4 +56,5 @@ SPEC = AgentSpec(
     launch=NO_LAUNCH_RULES,
     model_flags=None,
     summary="the bundled demo agent: OSC 7501 status, its permission dialog (docs/design.md §11)",
+    home_writable=(),
 )

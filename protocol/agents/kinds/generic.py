@@ -15,4 +15,5 @@ SPEC = AgentSpec(
     launch=NO_LAUNCH_RULES,
     model_flags=None,
     summary="any other program: runs, status from OSC 7501 only, dialogs never answered",
+    home_writable=(),
 )

@@ -1,0 +1,118 @@
+"""One sandbox policy, and the Bubblewrap command line that enforces it.
+
+Panes and verification recipes are confined by the same builder, so a rule (what is
+hidden, what is writable, which namespaces are new) is written once. The mounts are
+applied in this order, each on top of the ones before it:
+
+1. the host file system, read-only (``--ro-bind / /``), a new ``/dev`` (its own devpts:
+   the other panes' terminals are not there), a ``/proc`` of the new PID namespace, and
+   a private ``/tmp`` (tmpfs: the host's ``/tmp``, where the service's runtime directory
+   usually is, is gone);
+2. ``visible``: host paths bound read-only again on top (HOME or the cwd when they lie
+   under ``/tmp``);
+3. ``writable``: bound read-write (the cwd, the paths the agent kind must write, the
+   profile's ``writable``, a recipe's outputs);
+4. ``read_only``: bound read-only again inside a writable one (other panes' cwds, the
+   parts of a writer's worktree it does not own);
+5. ``hidden``: each replaced by an empty stand-in nobody inside can read (a tmpfs of mode
+   0000 for a directory, an empty mode-0000 file for a file), last, so a secret inside a
+   writable HOME is hidden too;
+6. ``sockets``: host sockets bound at a path inside the private ``/tmp`` (the pane's ctl
+   socket, its egress socket).
+
+Every namespace but the network's is new; the network is new too (only a loopback of
+its own) unless the policy shares the host's. Every capability is dropped, so the
+permission bits of the stand-ins bind root as well. ``--die-with-parent`` ends the
+sandbox with the process that started it: the PID namespace's init dies, and the kernel
+kills everything left inside.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+SandboxNetwork = Literal["host", "none"]
+
+# Signals the sandbox's own processes ignore while the program inside gets them by
+# default: ^C, ^\ and ^Z go to the terminal's whole foreground group, bwrap included,
+# and a bwrap killed by ^C would take the program with it.
+TERMINAL_SIGNALS = "INT,QUIT,TSTP"
+ENV_PROGRAM = "/usr/bin/env"
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """What a sandboxed program sees, may write and may reach; see the module docstring.
+
+    Every path is absolute. ``visible``, ``writable`` and ``read_only`` paths must exist
+    on the host; a ``hidden`` path that does not exist is skipped (nothing to hide).
+    """
+
+    cwd: str
+    network: SandboxNetwork
+    visible: tuple[str, ...] = ()
+    writable: tuple[str, ...] = ()
+    read_only: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
+    # (host path, path inside): sockets bound in, under the private /tmp.
+    sockets: tuple[tuple[str, str], ...] = ()
+    # The empty mode-0000 file a hidden file is replaced by (it must exist).
+    unreadable_file: str = ""
+    # Variables set inside (on top of the inherited environment, or of nothing at all
+    # with ``clear_env``).
+    env: Mapping[str, str] = field(default_factory=dict)
+    clear_env: bool = False
+    # A recipe runs in its own session (no terminal to inject keys into); a pane's
+    # program keeps its controlling terminal.
+    new_session: bool = False
+    # Directories made inside the private /tmp before anything is bound there.
+    tmp_dirs: tuple[str, ...] = ()
+
+
+def hidden_mounts(paths: Sequence[str], unreadable_file: str) -> list[str]:
+    """The arguments that replace each existing path by an unreadable stand-in."""
+    args: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            args += ["--perms", "0000", "--tmpfs", path]
+        elif os.path.lexists(path):
+            args += ["--ro-bind", unreadable_file, path]
+    return args
+
+
+def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[str]:
+    """The full command that runs ``argv`` under ``policy``."""
+    args = [bwrap, "--die-with-parent", "--cap-drop", "ALL"]
+    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if policy.network != "host":
+        args.append("--unshare-net")
+    if policy.new_session:
+        args.append("--new-session")
+    args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for path in policy.tmp_dirs:
+        args += ["--dir", path]
+    for path in policy.visible:
+        args += ["--ro-bind", path, path]
+    for path in policy.writable:
+        args += ["--bind", path, path]
+    for path in policy.read_only:
+        args += ["--ro-bind", path, path]
+    args += hidden_mounts(policy.hidden, policy.unreadable_file)
+    for host_path, inside in policy.sockets:
+        args += ["--bind", host_path, inside]
+    if policy.clear_env:
+        args.append("--clearenv")
+    for key, value in policy.env.items():
+        args += ["--setenv", key, value]
+    args += ["--chdir", policy.cwd, "--"]
+    if policy.new_session:
+        return [*args, *argv]
+    return [*args, ENV_PROGRAM, f"--default-signal={TERMINAL_SIGNALS}", "--", *argv]
+
+
+def under(path: str, roots: Sequence[str]) -> bool:
+    """True when ``path`` is one of ``roots`` or lies inside one."""
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)

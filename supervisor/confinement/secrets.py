@@ -1,0 +1,67 @@
+"""The paths a sandboxed program must never read: the service's own and the user's keys.
+
+``service_paths`` are panewarden's: its state dir (leases, receipts, records, audit
+log), its runtime directory (the worker socket and every ctl socket), the bearer token,
+the clients file, the profiles file and its rules, the audit file. They are hidden in
+every confined pane and every verification recipe, even when they lie inside a
+writable HOME. ``DEFAULT_HIDDEN`` are the user's credentials and browser profiles,
+relative to HOME: a profile's ``hide`` adds to them or drops one (``"!~/.aws"``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from supervisor.config import ServiceConfig
+
+DEFAULT_HIDDEN = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".config/gcloud",
+    ".kube",
+    ".netrc",
+    ".docker",
+    ".config/gh",
+    ".git-credentials",
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".config/BraveSoftware",
+    ".config/microsoft-edge",
+    ".var/app",
+)
+# In a profile's `hide`: this prefix drops a default entry instead of adding one.
+DROP_PREFIX = "!"
+
+
+def service_paths(config: ServiceConfig, runtime_dir: Path) -> tuple[str, ...]:
+    """Every path of this service a sandboxed program must not read (``runtime_dir`` is
+    the worker socket's directory: its parent holds every service's of this user)."""
+    paths: list[str] = [str(config.state_dir), str(runtime_dir.parent), str(runtime_dir)]
+    for name in (config.token_file, config.clients_file, config.audit_file):
+        if name:
+            paths.append(name)
+    if config.profiles_path:
+        profiles = os.path.abspath(config.profiles_path)
+        paths += [profiles, os.path.join(os.path.dirname(profiles), "rules")]
+    return tuple(os.path.abspath(path) for path in paths)
+
+
+def home_path(entry: str, home: str) -> str:
+    """``~/x`` and ``x`` under HOME; an absolute path as it is."""
+    if entry.startswith("~/"):
+        entry = entry[2:]
+    return os.path.normpath(entry if os.path.isabs(entry) else os.path.join(home, entry))
+
+
+def hidden_paths(home: str, hide: Sequence[str], service: Iterable[str]) -> tuple[str, ...]:
+    """The defaults under ``home``, with a profile's additions and drops, then the
+    service's own paths (which no profile can drop)."""
+    dropped = {home_path(e[len(DROP_PREFIX) :], home) for e in hide if e.startswith(DROP_PREFIX)}
+    chosen = [home_path(entry, home) for entry in DEFAULT_HIDDEN]
+    chosen += [home_path(e, home) for e in hide if not e.startswith(DROP_PREFIX)]
+    kept = [path for path in chosen if path not in dropped]
+    return tuple(dict.fromkeys([*kept, *service]))
