@@ -105,3 +105,12 @@ def _is_address(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def forwarder_argv(python: str, destinations: list[Destination], inside_socket: str) -> list[str]:
+    """The command that starts the forwarder inside the sandbox; the program's own argv
+    follows it."""
+    argv = [python, "-I", "-m", "paneworker.confine.forwarder", "--socket", inside_socket]
+    for d in destinations:
+        argv += ["--listen", f"{d.inside}:{d.port}={d.host}:{d.port}"]
+    return [*argv, "--"]

@@ -62,6 +62,9 @@ class ServiceConfig:
     lease_ttl_min_s: int = DEFAULT_LEASE_TTL_MIN_S
     # PANEWARDEN_WORKER_TEMPLATE: fork workers from a warm template (else start each cold).
     worker_template: bool = True
+    # PANEWARDEN_CONFINE: whether panes whose profile does not say are confined
+    # ("auto": when the host can build the sandbox).
+    confine: str = "auto"
 
 
 def _bounded_float_env(
@@ -157,6 +160,15 @@ def _bounded_int_env(
     return int(raw)
 
 
+def _confine_env(environ: Mapping[str, str]) -> str:
+    raw = environ.get("PANEWARDEN_CONFINE") or "auto"
+    if raw not in ("auto", "on", "off"):
+        raise PanewardenError(
+            ErrorCode.CONFIG_INVALID, "PANEWARDEN_CONFINE must be auto, on or off"
+        )
+    return raw
+
+
 def default_state_dir(environ: Mapping[str, str]) -> Path:
     """``${XDG_STATE_HOME:-~/.local/state}/panewarden``."""
     base = environ.get("XDG_STATE_HOME") or str(Path(environ.get("HOME", "~")) / ".local/state")
@@ -198,5 +210,6 @@ def load_config(environ: Mapping[str, str] | None = None) -> ServiceConfig:
         emulator=_emulator_env(env),
         output_buffer_bytes=_output_buffer_env(env),
         output_overflow=_overflow_env(env),
+        confine=_confine_env(env),
         worker_template=_switch_env(env, "PANEWARDEN_WORKER_TEMPLATE", True),
     )

@@ -71,8 +71,12 @@ def state_dir(tmp_path: Path) -> Path:
 
 
 # Passed on from the test run to every service under test: the suite (or a directory of
-# it) runs on the emulator backend this names, with or without the worker template.
-PASSED_ON = ("PANEWARDEN_EMULATOR", "PANEWARDEN_WORKER_TEMPLATE")
+# it) runs on the emulator backend this names, with or without the worker template, with
+# panes confined or not. The suite's own default is unconfined panes (its fixtures mark
+# processes and files under /tmp, which a confined pane cannot see); the confinement
+# tests (tests/confine) ask for it, and PANEWARDEN_CONFINE=auto runs everything confined.
+PASSED_ON = ("PANEWARDEN_EMULATOR", "PANEWARDEN_WORKER_TEMPLATE", "PANEWARDEN_CONFINE")
+os.environ.setdefault("PANEWARDEN_CONFINE", "off")
 
 
 def service_env(state_dir: Path, **extra: str) -> dict[str, str]:

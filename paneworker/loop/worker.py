@@ -89,6 +89,7 @@ class PaneWorker:
                 boot.launch.env,
                 boot.launch.cols,
                 boot.launch.rows,
+                sandboxed=boot.launch.confined,
             )
         except OSError as exc:
             self.spawn_error = f"{type(exc).__name__}: {exc.strerror or exc}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import signal
 import struct
 import termios
 from collections import deque
@@ -20,6 +21,12 @@ from dataclasses import dataclass
 from ptyprocess import PtyProcess
 
 READ_CHUNK = 65536
+TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP)
+
+
+def _ignore_terminal_signals() -> None:
+    for sig in TERMINAL_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 @dataclass
@@ -32,9 +39,26 @@ class _Pending:
 class Program:
     """One spawned program and its PTY master."""
 
-    def __init__(self, argv: list[str], cwd: str, env: dict[str, str], cols: int, rows: int):
-        """Spawn ``argv``; raises OSError (e.g. FileNotFoundError) if exec fails."""
-        self._proc = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols))
+    def __init__(
+        self,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        cols: int,
+        rows: int,
+        *,
+        sandboxed: bool = False,
+    ):
+        """Spawn ``argv``; raises OSError (e.g. FileNotFoundError) if exec fails.
+
+        ``sandboxed``: argv is a sandbox that runs the program (bwrap). ^C, ^\\ and ^Z go
+        to the terminal's whole foreground group, the sandbox's own processes included:
+        they start with those signals ignored, and the sandbox gives the program its
+        defaults back (``supervisor.confinement.policy``)."""
+        preexec = _ignore_terminal_signals if sandboxed else None
+        self._proc = PtyProcess.spawn(
+            argv, cwd=cwd, env=env, dimensions=(rows, cols), preexec_fn=preexec
+        )
         # Ours to reap and close: stop ptyprocess from waiting or sleeping on its own.
         self._proc.delayafterclose = 0
         self._proc.delayafterterminate = 0

@@ -79,7 +79,8 @@ class AgentSpec:
     model_flags: tuple[str, str] | None
     # One line for the docs and ``doctor``: what the kind is and what was measured.
     summary: str
-    # What the program must write under HOME (paths relative to it) when its pane is
+    # What the program must write under HOME (paths relative to it; a directory ends in
+    # "/" and is made when missing, a file is bound only when it exists) when its pane is
     # confined: the rest of HOME stays read-only there (supervisor.confinement).
     home_writable: tuple[str, ...]
 

@@ -70,6 +70,11 @@ class SandboxPolicy:
     new_session: bool = False
     # Directories made inside the private /tmp before anything is bound there.
     tmp_dirs: tuple[str, ...] = ()
+    # (host file, path inside): files bound read-only over the host's (a pane's
+    # /etc/hosts).
+    files: tuple[tuple[str, str], ...] = ()
+    # Run inside before the program (the egress forwarder, which execs it).
+    launcher: tuple[str, ...] = ()
 
 
 def hidden_mounts(paths: Sequence[str], unreadable_file: str) -> list[str]:
@@ -101,6 +106,8 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
     for path in policy.read_only:
         args += ["--ro-bind", path, path]
     args += hidden_mounts(policy.hidden, policy.unreadable_file)
+    for host_path, inside in policy.files:
+        args += ["--ro-bind", host_path, inside]
     for host_path, inside in policy.sockets:
         args += ["--bind", host_path, inside]
     if policy.clear_env:
@@ -109,8 +116,11 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
         args += ["--setenv", key, value]
     args += ["--chdir", policy.cwd, "--"]
     if policy.new_session:
-        return [*args, *argv]
-    return [*args, ENV_PROGRAM, f"--default-signal={TERMINAL_SIGNALS}", "--", *argv]
+        return [*args, *policy.launcher, *argv]
+    # The launcher runs with the terminal signals ignored, as bwrap does; the program
+    # gets them back.
+    signals = [ENV_PROGRAM, f"--default-signal={TERMINAL_SIGNALS}", "--"]
+    return [*args, *policy.launcher, *signals, *argv]
 
 
 def under(path: str, roots: Sequence[str]) -> bool:

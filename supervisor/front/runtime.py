@@ -79,6 +79,7 @@ async def running_service(
             f"ipc://{sock_path}",
             watchdog_period_s=config.watchdog_period_s,
             pane_env={CTL_SOCKET_VARIABLE: str(ctl_path)},
+            ctl_socket=str(ctl_path),
         )
         await service.start()
         control = ControlService(config, service)

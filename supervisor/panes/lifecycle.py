@@ -22,6 +22,7 @@ from protocol.messages import CAPTURE_QUIET_S, READ_QUIET_MAX_S, Close, Closed, 
 from protocol.names import NAME_RULE, is_valid_name
 from protocol.timing import KILL_GRACE_S
 from supervisor.config import ServiceConfig
+from supervisor.confinement.pane import LaneGrant, PaneConfiner, PaneSandbox
 from supervisor.panes.driving import error_code, refuse_leased
 from supervisor.panes.pane import LeaseTag, Pane
 from supervisor.panes.records import RECORD_VERSION, PaneRecord, PaneRecords
@@ -49,9 +50,11 @@ class PaneLifecycle:
         workers: WorkerManager,
         records: PaneRecords,
         profiles: Callable[[], ProfileSet],
+        confiner: PaneConfiner,
         pane_env: Mapping[str, str] | None = None,
     ) -> None:
         self._config = config
+        self.confiner = confiner
         # The service's own variables for every pane program (PANEWARDEN_CTL_SOCKET):
         # set last, so a profile cannot point a pane at another socket.
         self._pane_env = dict(pane_env or {})
@@ -79,12 +82,16 @@ class PaneLifecycle:
         rows: int | None = None,
         lease: LeaseTag | None = None,
         on_spawn: Callable[[str], None] | None = None,
+        grant: LaneGrant | None = None,
+        require_confined: bool = False,
     ) -> Pane:
         """Start a pane under a launch profile; returns it once its worker is ready.
 
         ``lease`` tags the pane from its first moment; ``on_spawn`` hears the worker's
         instance id as soon as the worker exists (before it is ready), so a lease can
-        record which pane is its own before the pane is ever visible.
+        record which pane is its own before the pane is ever visible. ``grant`` is its
+        lane's part of the sandbox; ``require_confined`` refuses to start it unconfined
+        (``sandbox_unavailable``) whatever its profile says.
         """
         if not is_valid_name(name):
             raise PanewardenError(ErrorCode.INVALID_ARGUMENT, f"pane {NAME_RULE}")
@@ -103,15 +110,35 @@ class PaneLifecycle:
                 rows=rows,
                 environ=self._config.environ,
             )
-            # No await between this check of the directory and its record.
-            self._registry.place(name, spec.cwd, None if lease is None else lease.lease_id)
+            confined = self.confiner.confined(spec.confinement, required=require_confined)
+            sandbox: PaneSandbox | None = None
+            if confined:
+                sandbox = await asyncio.to_thread(
+                    self.confiner.build,
+                    name,
+                    agent=spec.agent,
+                    argv=spec.argv,
+                    cwd=spec.cwd,
+                    env=spec.env,
+                    settings=spec.confinement,
+                    other_cwds=[p.cwd for p in self._registry.panes.values()],
+                    grant=grant or LaneGrant(),
+                )
+            try:
+                # No await between this check of the directory and its record.
+                self._registry.place(name, spec.cwd, None if lease is None else lease.lease_id)
+            except BaseException:
+                if sandbox is not None:
+                    self.confiner.forget(sandbox.pane_dir)
+                raise
             handle, boot = self._workers.prepare(
                 PaneLaunch(
                     pane=name,
                     agent=spec.agent,
-                    argv=list(spec.argv),
+                    argv=list(spec.argv) if sandbox is None else sandbox.argv,
                     cwd=spec.cwd,
-                    env={**spec.env, **self._pane_env},
+                    # The sandbox's variables last: its ctl socket is the one inside.
+                    env={**spec.env, **self._pane_env, **(sandbox.env if sandbox else {})},
                     cols=spec.cols,
                     rows=spec.rows,
                     orphan_grace_s=self._config.orphan_grace_s,
@@ -119,6 +146,9 @@ class PaneLifecycle:
                     emulator=spec.emulator or self._config.emulator,
                     output_buffer_bytes=self._config.output_buffer_bytes,
                     output_overflow=self._config.output_overflow,
+                    confined=confined,
+                    egress=[] if sandbox is None else sandbox.egress,
+                    egress_socket="" if sandbox is None else sandbox.egress_socket,
                 )
             )
             pane = Pane(
@@ -130,6 +160,8 @@ class PaneLifecycle:
                 started_at=time.time(),
                 watchdog=spec.watchdog,
                 lease=lease,
+                confined=confined,
+                sandbox_dir=None if sandbox is None else sandbox.pane_dir,
             )
             # Tracked before the process exists: its first frames find the pane.
             self._registry.track(pane)
@@ -141,6 +173,7 @@ class PaneLifecycle:
             except BaseException:
                 self._registry.drop(pane)
                 self._workers.kill(handle)
+                self._forget_sandbox(pane)
                 raise
         if self.is_stopping():
             # The stop may already have closed the panes it knew: this one is not kept.
@@ -190,6 +223,7 @@ class PaneLifecycle:
                 started_at=pane.started_at,
                 pid=pane.pid,
                 watchdog=pane.watchdog is not None,
+                confined=pane.confined,
             )
         )
 
@@ -228,6 +262,8 @@ class PaneLifecycle:
                 started_at=rec.started_at,
                 pid=rec.pid,
                 watchdog=self._watchdog_config(rec.profile) if rec.watchdog else None,
+                confined=rec.confined,
+                sandbox_dir=self.confiner.pane_dir_of(rec.name) if rec.confined else None,
             )
             task = loop.create_task(self._finish_adoption(pane), name=f"adopt-{rec.name}")
             self._registry.adopting(pane, task)
@@ -260,6 +296,12 @@ class PaneLifecycle:
             self.forget_unproven(pane)
             return
         log.info("pane re-adopted", extra={"pane": pane.name, "worker_pid": pane.handle.pid})
+
+    def _forget_sandbox(self, pane: Pane) -> None:
+        """Remove a gone pane's sandbox files (its hosts file, its egress socket)."""
+        if pane.sandbox_dir is not None:
+            self.confiner.forget(pane.sandbox_dir)
+            pane.sandbox_dir = None
 
     def forget_unproven(self, pane: Pane) -> None:
         """Drop a re-adopted pane whose worker never proved itself: no signal, no `lost`."""
@@ -300,6 +342,7 @@ class PaneLifecycle:
             self._registry.drop(pane)
             self._records.delete(pane.name)
             self._workers.forget(handle)
+            self._forget_sandbox(pane)
         log.info("pane removed", extra={"pane": pane.name, "worker_pid": handle.pid})
         return exit_code, killed
 
@@ -341,6 +384,7 @@ class PaneLifecycle:
             self._registry.drop(pane)
             self._records.delete(pane.name)
             self._workers.forget(handle)
+            self._forget_sandbox(pane)
         log.info("pane closed at seq %d", expected_seq, extra={"pane": pane.name})
         return reply, killed
 

@@ -65,6 +65,9 @@ class Pane:
     closing: bool = False
     lease: LeaseTag | None = None
     watchdog: WatchdogConfig | None = None
+    # Its program runs in a sandbox (supervisor.confinement); its own files are here.
+    confined: bool = False
+    sandbox_dir: str | None = None
     # The cursor of the last dialog answer delivered: a `blocked` status at or before it
     # was answered, even while the program has not reported what it did next.
     answered_seq: int = -1

@@ -33,6 +33,8 @@ class PaneRecord(msgspec.Struct, forbid_unknown_fields=True):
     pid: int | None
     # False for panes started with a caller argv: they never get the profile's watchdog.
     watchdog: bool = False
+    # Its program runs in a sandbox: reported as `confined` after a restart too.
+    confined: bool = False
 
 
 class PaneRecords:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import sys
 from collections.abc import Mapping
@@ -19,16 +20,22 @@ from pathlib import Path
 from protocol.template import MAX_SPARE_SCREENS, SpareScreen
 from protocol.timing import heartbeat_period, orphan_after
 from supervisor.config import ServiceConfig
+from supervisor.confinement.host import HostSupport, check_host
+from supervisor.confinement.pane import PaneConfiner
+from supervisor.confinement.secrets import service_paths
 from supervisor.panes.driving import PaneDriver
 from supervisor.panes.lifecycle import PaneLifecycle
 from supervisor.panes.records import PaneRecords
 from supervisor.panes.registry import PaneRegistry
 from supervisor.panes.watchdog import DEFAULT_PERIOD_S, Watchdog
+from supervisor.profiles.confinement import confine_choice
 from supervisor.profiles.policy import ProfileSet
 from supervisor.workers import orphans
 from supervisor.workers.manager import WorkerHandle, WorkerManager
 from supervisor.workers.subprocesses import ManagedChildren
 from supervisor.workers.template import TemplateManager
+
+log = logging.getLogger(__name__)
 
 # A backstop only: SIGCHLD and every worker death sweep at once.
 SWEEP_INTERVAL_S = 5.0
@@ -67,7 +74,9 @@ class PaneService:
         endpoint: str,
         watchdog_period_s: float = DEFAULT_PERIOD_S,
         pane_env: Mapping[str, str] | None = None,
+        ctl_socket: str | None = None,
     ) -> None:
+        """``ctl_socket``: the service's ctl socket, bound into every confined pane."""
         self.config = config
         self.profiles = profiles
         self.registry = PaneRegistry()
@@ -89,14 +98,24 @@ class PaneService:
             self._on_death,
             heartbeat_loss_s=config.heartbeat_loss_s,
             template=self.template,
+            on_forks_settled=self._sweep,
         )
         self.records = PaneRecords(config.state_dir)
+        runtime_dir = Path(endpoint.removeprefix("ipc://")).parent
+        self.confiner = PaneConfiner(
+            HostSupport(None, "not checked yet"),
+            confine_choice(config.confine),
+            runtime_dir,
+            service_paths(config, runtime_dir),
+            ctl_socket,
+        )
         self.lifecycle = PaneLifecycle(
             config,
             self.registry,
             self.workers,
             self.records,
             lambda: self.profiles,
+            self.confiner,
             pane_env=pane_env,
         )
         self.driver = PaneDriver(self.registry, self.workers)
@@ -108,6 +127,8 @@ class PaneService:
         """Become a subreaper, bind the worker socket, re-adopt surviving panes, then
         start the sweeper and the watchdog."""
         orphans.become_subreaper()
+        self.confiner.support = await asyncio.to_thread(check_host, self.config.environ)
+        log.info("confinement: %s", self.confiner.support.detail)
         self.workers.bind()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGCHLD, self._sweep)
@@ -144,11 +165,13 @@ class PaneService:
         return self.workers.managed_pids() | self.template.pids() | self.children.pids()
 
     def _sweep(self) -> None:
-        orphans.sweep_leftovers(self._managed_pids)
+        orphans.sweep_leftovers(self._managed_pids, spare_live=self.workers.forking())
 
     def _on_death(self, handle: WorkerHandle) -> None:
         killed = orphans.kill_recorded(handle.session_id, handle.descendants)
-        killed |= orphans.sweep_leftovers(self._managed_pids, already=killed)
+        killed |= orphans.sweep_leftovers(
+            self._managed_pids, already=killed, spare_live=self.workers.forking()
+        )
         unproven = self.registry.worker_died(handle, len(killed))
         if unproven is not None:
             # A re-adopted worker that died before it introduced itself: it did not

@@ -18,6 +18,7 @@ from pathlib import PurePosixPath
 
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.safe_files import FileReadError, read_regular_file
+from supervisor.profiles.confinement import ConfineSettings
 from supervisor.profiles.model import EnvSource, Profile, WatchdogConfig
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -48,6 +49,7 @@ class LaunchSpec:
     watchdog: WatchdogConfig | None
     # The profile's emulator; None: the service's default.
     emulator: str | None = None
+    confinement: ConfineSettings = field(default_factory=ConfineSettings)
 
 
 def _account() -> tuple[str, str]:

@@ -22,6 +22,7 @@ from protocol.agents.table import AGENT_KINDS, GENERIC, launch_rules_for
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.names import is_valid_name
 from supervisor.config import check_emulator
+from supervisor.profiles.confinement import ConfineSettings, build_confinement
 
 if TYPE_CHECKING:
     AgentKind = str
@@ -90,12 +91,19 @@ class ProfileEntry(Struct, forbid_unknown_fields=True, frozen=True):
     colorterm: bool = False
     # The pane's terminal emulator; None: the service's (PANEWARDEN_EMULATOR).
     emulator: EmulatorKind | None = None
+    # Confinement (supervisor.profiles.confinement); confine None: the service's.
+    confine: bool | Literal["auto"] | None = None
+    writable: tuple[str, ...] = ()
+    hide: tuple[str, ...] = ()
+    network: Literal["host", "none"] | tuple[str, ...] = "host"
 
 
 class ProfilesDocument(Struct, forbid_unknown_fields=True, frozen=True):
     """The whole profiles file, as written."""
 
     allow_arbitrary_command: bool = False
+    # A writer pane is always confined unless this says it may run without.
+    allow_unconfined_writers: bool = False
     max_panes: Annotated[int, Meta(ge=MAX_PANES_MIN, le=MAX_PANES_MAX)] = 32
     profiles: tuple[ProfileEntry, ...] = ()
 
@@ -141,6 +149,7 @@ class Profile:
     watchdog: WatchdogConfig | None = None
     colorterm: bool = False
     emulator: str | None = None
+    confinement: ConfineSettings = field(default_factory=ConfineSettings)
 
 
 @dataclass(frozen=True)
@@ -148,6 +157,7 @@ class ParsedDocument:
     """The validated content of a profiles file."""
 
     allow_arbitrary_command: bool
+    allow_unconfined_writers: bool
     max_panes: int
     profiles: tuple[Profile, ...]
 
@@ -299,6 +309,9 @@ def build_profile(where: str, entry: ProfileEntry) -> Profile:
         watchdog=watchdog,
         colorterm=entry.colorterm,
         emulator=entry.emulator,
+        confinement=build_confinement(
+            where, entry.confine, entry.writable, entry.hide, entry.network
+        ),
     )
 
 
@@ -323,6 +336,7 @@ def parse_document(raw: object) -> ParsedDocument:
         profiles.append(profile)
     return ParsedDocument(
         allow_arbitrary_command=document.allow_arbitrary_command,
+        allow_unconfined_writers=document.allow_unconfined_writers,
         max_panes=document.max_panes,
         profiles=tuple(profiles),
     )

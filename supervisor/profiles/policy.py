@@ -55,13 +55,19 @@ def _shown(value: str, limit: int = 64) -> str:
 class ProfileSet:
     """An immutable, validated set of launch profiles plus the file's global switches."""
 
-    __slots__ = ("_allow_arbitrary_command", "_max_panes", "_profiles")
+    __slots__ = (
+        "_allow_arbitrary_command",
+        "_allow_unconfined_writers",
+        "_max_panes",
+        "_profiles",
+    )
 
     def __init__(
         self,
         profiles: Iterable[Profile],
         *,
         allow_arbitrary_command: bool = False,
+        allow_unconfined_writers: bool = False,
         max_panes: int = 32,
     ) -> None:
         by_name: dict[str, Profile] = {}
@@ -71,12 +77,18 @@ class ProfileSet:
             by_name[profile.name] = profile
         self._profiles: Mapping[str, Profile] = MappingProxyType(by_name)
         self._allow_arbitrary_command = allow_arbitrary_command
+        self._allow_unconfined_writers = allow_unconfined_writers
         self._max_panes = max_panes
 
     @property
     def allow_arbitrary_command(self) -> bool:
         """Whether ``start_pane`` may carry a caller-chosen ``argv``."""
         return self._allow_arbitrary_command
+
+    @property
+    def allow_unconfined_writers(self) -> bool:
+        """Whether a writer pane may run unconfined (otherwise it must be confined)."""
+        return self._allow_unconfined_writers
 
     @property
     def max_panes(self) -> int:
@@ -160,6 +172,7 @@ class ProfileSet:
             # could execute it, so only the profile's own program is nudged.
             watchdog=None if arbitrary else profile.watchdog,
             emulator=profile.emulator,
+            confinement=profile.confinement,
         )
 
     def _caller_argv(
@@ -293,6 +306,7 @@ def load_profiles(path: str | None, *, demo_argv: Sequence[str]) -> ProfileSet:
     return ProfileSet(
         document.profiles,
         allow_arbitrary_command=document.allow_arbitrary_command,
+        allow_unconfined_writers=document.allow_unconfined_writers,
         max_panes=document.max_panes,
     )
 

@@ -118,8 +118,13 @@ class WorkerManager:
         on_death: DeathSink,
         heartbeat_loss_s: float = DEFAULT_HEARTBEAT_LOSS_S,
         template: TemplateManager | None = None,
+        on_forks_settled: Callable[[], None] | None = None,
     ) -> None:
+        """``on_forks_settled`` runs when the last fork in flight got its answer (the
+        leftover sweep spares unknown children meanwhile: one may be that worker)."""
         self.endpoint = endpoint
+        self._forks_in_flight = 0
+        self._on_forks_settled = on_forks_settled
         self._template = template
         self._heartbeat_loss_s = heartbeat_loss_s
         self.heartbeat_s = heartbeat_period(heartbeat_loss_s)
@@ -245,6 +250,7 @@ class WorkerManager:
         if template is None or not template.enabled:
             return False
         handle.forked_first = True
+        self._forks_in_flight += 1
         try:
             forked = await template.fork(boot)
         except TemplateUnavailable as exc:
@@ -254,8 +260,19 @@ class WorkerManager:
                 extra={"pane": handle.pane},
             )
             return False
-        handle.pid, handle.pidfd, handle.start_ticks = forked.pid, forked.pidfd, forked.start_ticks
-        return True
+        else:
+            handle.pid, handle.pidfd = forked.pid, forked.pidfd
+            handle.start_ticks = forked.start_ticks
+            return True
+        finally:
+            self._forks_in_flight -= 1
+            if not self._forks_in_flight and self._on_forks_settled is not None:
+                self._on_forks_settled()
+
+    def forking(self) -> bool:
+        """True while a fork's answer is awaited: a worker may exist whose pid is not
+        known yet (its template may die before it tells, leaving it our child)."""
+        return self._forks_in_flight > 0
 
     def _spawn_cold(self, handle: WorkerHandle, boot: bytes, environ: dict[str, str]) -> None:
         """Start the worker as a new interpreter (``python -m paneworker``)."""

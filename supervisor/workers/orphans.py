@@ -36,10 +36,14 @@ def become_subreaper() -> bool:
     return True
 
 
-def sweep_leftovers(managed: Callable[[], set[int]], already: Collection[int] = ()) -> set[int]:
+def sweep_leftovers(
+    managed: Callable[[], set[int]], already: Collection[int] = (), *, spare_live: bool = False
+) -> set[int]:
     """Kill and reap every child that is not a managed worker; returns the pids killed.
 
     ``already`` holds pids the caller just killed, so nothing is signalled or counted twice.
+    ``spare_live``: only reap zombies (a fork is in flight: a live unknown child may be
+    its worker, whose pid is not known yet); the caller sweeps again once it settled.
     """
     keep = managed()
     killed: set[int] = set()
@@ -49,7 +53,7 @@ def sweep_leftovers(managed: Callable[[], set[int]], already: Collection[int] = 
         if is_zombie(pid):
             _reap(pid)
             continue
-        if pid not in already:
+        if pid not in already and not spare_live:
             killed |= kill_processes([pid], "adopted leftover of a dead pane", skip=already)
     return killed
 

@@ -104,5 +104,5 @@ SPEC = AgentSpec(
     launch=NO_LAUNCH_RULES,
     model_flags=("--model", "--effort"),
     summary="Claude Code: OSC 7501 status, Bash and folder-trust dialogs, reviewer model flags",
-    home_writable=(".claude", ".claude.json", ".cache/claude", ".config/claude"),
+    home_writable=(".claude/", ".claude.json", ".cache/claude/", ".config/claude/"),
 )

@@ -75,5 +75,5 @@ SPEC = AgentSpec(
     launch=NO_LAUNCH_RULES,
     model_flags=None,
     summary="Codex: OSC 7501 status, command approvals, sign-in screen",
-    home_writable=(".codex",),
+    home_writable=(".codex/",),
 )

@@ -68,5 +68,5 @@ SPEC = AgentSpec(
     launch=NO_LAUNCH_RULES,
     model_flags=None,
     summary="Devin: inferred from public descriptions, not measured",
-    home_writable=(".devin", ".config/devin", ".local/share/devin"),
+    home_writable=(".devin/", ".config/devin/", ".local/share/devin/"),
 )

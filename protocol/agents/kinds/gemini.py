@@ -125,5 +125,5 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="Gemini CLI: title and screen status, shell and folder-trust dialogs; "
     "the approval mode pinned",
-    home_writable=(".gemini",),
+    home_writable=(".gemini/",),
 )

@@ -102,5 +102,5 @@ SPEC = AgentSpec(
     launch=NO_LAUNCH_RULES,
     model_flags=None,
     summary="Kiro: inferred from public descriptions, not measured",
-    home_writable=(".kiro", ".local/share/kiro-cli"),
+    home_writable=(".kiro/", ".local/share/kiro-cli/"),
 )

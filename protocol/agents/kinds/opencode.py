@@ -139,9 +139,9 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="OpenCode: screen status, its shell permission dialog; auto-approve flags refused",
     home_writable=(
-        ".local/share/opencode",
-        ".local/state/opencode",
-        ".cache/opencode",
-        ".config/opencode",
+        ".local/share/opencode/",
+        ".local/state/opencode/",
+        ".cache/opencode/",
+        ".config/opencode/",
     ),
 )

@@ -98,5 +98,5 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="Qwen Code: title and screen status, shell confirmations, provider and trust "
     "screens; the approval mode pinned",
-    home_writable=(".qwen",),
+    home_writable=(".qwen/",),
 )

@@ -111,7 +111,12 @@ class LeaseInfo(TypedDict):
     controller_id: str
 
 
-class PaneInfoResult(PaneStatusResult):
+class ConfinedStatusResult(PaneStatusResult):
+    # The program runs in a sandbox (docs/operations.md, "Confined panes").
+    confined: bool
+
+
+class PaneInfoResult(ConfinedStatusResult):
     profile: str
     agent: str
     cwd: str

@@ -37,6 +37,7 @@ def pane_info(pane: Pane) -> dict[str, Any]:
         "cwd": pane.cwd,
         "pid": pane.pid,
         "worker_pid": pane.handle.pid,
+        "confined": pane.confined,
         "started_at": datetime.fromtimestamp(pane.started_at, UTC).isoformat(),
         "lease": None
         if pane.lease is None
@@ -81,7 +82,7 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
 
     async def get_status(a: ts.NameArgs, _ctx: Context) -> dict[str, Any]:
         pane = await service.registry.ready(a.name)
-        return status_dict(pane.name, pane.status)
+        return status_dict(pane.name, pane.status) | {"confined": pane.confined}
 
     async def wait_status(a: ts.WaitStatusArgs, ctx: Context) -> dict[str, Any]:
         until = set(a.until) if a.until else SETTLED
@@ -162,10 +163,11 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
         ),
         ToolSpec(
             "get_status",
-            "The pane's status: lifecycle, agent state, blocked kind, turn, seq, source.",
+            "The pane's status: lifecycle, agent state, blocked kind, turn, seq, source, and "
+            "whether its program is confined.",
             "read",
             ts.NameArgs,
-            ts.PaneStatusResult,
+            ts.ConfinedStatusResult,
             get_status,
             read_only=True,
             idempotent=True,

@@ -1,0 +1,248 @@
+"""The sandbox of one confined pane: from its launch spec, its lane's grant and the
+service's paths to the bwrap command line its worker runs.
+
+What the program sees (``docs/operations.md``, "Confined panes"):
+
+- the host read-only; its cwd writable (read-only for a reviewer; for a writer only its
+  owned scopes and what ``git commit`` needs: ``LaneGrant``); the directories and files its
+  agent kind must write under HOME (``AgentSpec.home_writable``); the profile's
+  ``writable``; a private ``/tmp``;
+- hidden: the user's keys and browser profiles (``secrets.DEFAULT_HIDDEN``, with the
+  profile's ``hide``) and every path of this service (state dir, runtime dir with the
+  worker and ctl sockets, token, clients, profiles, audit);
+- other panes' cwds read-only where they lie inside a writable path;
+- only its own ctl socket, bound at ``/tmp/.panewarden/ctl.sock``;
+- its own PID namespace; no network of its own with ``network: "none"`` or a list (then
+  the worker's egress proxy, over ``/tmp/.panewarden/egress.sock``, with the list's hosts
+  in its ``/etc/hosts``).
+
+Each pane's own files (its hosts file; the worker's egress socket) are in
+``<runtime dir>/panes/<name>/``, made when it starts and removed with it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protocol.agents.table import SPECS
+from protocol.egress import Destination, forwarder_argv, hosts_file
+from protocol.errors import ErrorCode, PanewardenError
+from supervisor.confinement.host import HostSupport
+from supervisor.confinement.policy import SandboxPolicy, bwrap_argv, under
+from supervisor.confinement.secrets import hidden_paths, home_path
+from supervisor.profiles.confinement import ConfineChoice, ConfineSettings
+
+INSIDE_DIR = "/tmp/.panewarden"
+INSIDE_CTL = f"{INSIDE_DIR}/ctl.sock"
+INSIDE_EGRESS = f"{INSIDE_DIR}/egress.sock"
+UNREADABLE_NAME = "unreadable"
+
+
+@dataclass(frozen=True)
+class LaneGrant:
+    """What a lane changes in its pane's sandbox: a reviewer's worktree is read-only; a
+    writer's is read-only but for ``writable`` (its scopes, the Git paths a commit on its
+    own branch writes), with ``read_only`` bound again inside those."""
+
+    cwd_writable: bool = True
+    writable: tuple[str, ...] = ()
+    read_only: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PaneSandbox:
+    """A confined pane's launch: the bwrap argv, the variables it overrides, and the
+    egress proxy its worker runs (none without a ``network`` list)."""
+
+    argv: list[str]
+    env: dict[str, str] = field(repr=False)
+    pane_dir: str
+    egress: list[Destination]
+    egress_socket: str
+
+
+class PaneConfiner:
+    """Decides whether a pane is confined and builds its sandbox; see the module docstring."""
+
+    def __init__(
+        self,
+        support: HostSupport,
+        default: ConfineChoice,
+        runtime_dir: Path,
+        service_paths: Sequence[str],
+        ctl_socket: str | None,
+    ) -> None:
+        self.support = support
+        self.default = default
+        self._panes_dir = runtime_dir / "panes"
+        self._unreadable = runtime_dir / UNREADABLE_NAME
+        self._service_paths = tuple(service_paths)
+        self._ctl_socket = ctl_socket
+
+    def confined(self, settings: ConfineSettings, *, required: bool = False) -> bool:
+        """Whether a pane of ``settings`` runs confined here.
+
+        Raises:
+            PanewardenError: ``sandbox_unavailable`` when it must be (``confine: true``,
+                ``PANEWARDEN_CONFINE=on``, ``required``) and this host cannot.
+        """
+        choice = settings.choice or self.default
+        if choice == "off" and not required:
+            return False
+        if self.support.available:
+            return True
+        if choice == "on" or required:
+            raise PanewardenError(
+                ErrorCode.SANDBOX_UNAVAILABLE,
+                f"this pane must be confined and this host cannot: {self.support.detail}",
+            )
+        return False
+
+    def build(
+        self,
+        name: str,
+        *,
+        agent: str,
+        argv: Sequence[str],
+        cwd: str,
+        env: Mapping[str, str],
+        settings: ConfineSettings,
+        other_cwds: Sequence[str],
+        grant: LaneGrant = LaneGrant(),
+    ) -> PaneSandbox:
+        """The sandbox of pane ``name`` (blocking file work: call it off the loop).
+
+        Raises:
+            PanewardenError: ``config_invalid`` (a ``writable`` path that does not exist),
+                ``sandbox_unavailable`` (its files could not be made).
+        """
+        bwrap = self.support.bwrap
+        assert bwrap is not None, "build() only after confined() said yes"
+        home = env.get("HOME") or "/"
+        pane_dir = self._pane_dir(name)
+        writable = _home_writable(agent, home)
+        for index, entry in enumerate(settings.writable):
+            path = home_path(entry, home)
+            if not os.path.exists(path):
+                raise PanewardenError(
+                    ErrorCode.CONFIG_INVALID, f"writable[{index}]: {path!r} does not exist"
+                )
+            writable.append(path)
+        cwd_binds = [cwd] if grant.cwd_writable else []
+        writable = [*cwd_binds, *grant.writable, *writable]
+        candidates = (home, cwd, *_install_paths(), *_argv_paths(argv))
+        visible = [path for path in candidates if under(path, ["/tmp"])]
+        if not grant.cwd_writable and cwd not in visible:
+            visible.append(cwd)
+        shown = [*visible, *writable]
+        read_only = [*grant.read_only]
+        read_only += [
+            path
+            for path in other_cwds
+            if path != cwd and under(path, writable) and os.path.isdir(path)
+        ]
+        hidden = [
+            path
+            for path in hidden_paths(home, settings.hide, self._service_paths)
+            if not under(path, ["/tmp"]) or under(path, shown)
+        ]
+        sockets: list[tuple[str, str]] = []
+        overrides = {"TMPDIR": "/tmp"}
+        if self._ctl_socket is not None and os.path.exists(self._ctl_socket):
+            sockets.append((self._ctl_socket, INSIDE_CTL))
+            overrides["PANEWARDEN_CTL_SOCKET"] = INSIDE_CTL
+        egress: list[Destination] = []
+        egress_socket = ""
+        launcher: list[str] = []
+        extra_ro: list[tuple[str, str]] = []
+        if settings.network == "list":
+            egress = list(settings.destinations)
+            # The worker makes the socket before it starts the program; bwrap binds it.
+            egress_socket = os.path.join(pane_dir, "egress.sock")
+            sockets.append((egress_socket, INSIDE_EGRESS))
+            hosts = os.path.join(pane_dir, "hosts")
+            _write_text(hosts, hosts_file(egress))
+            extra_ro.append((hosts, "/etc/hosts"))
+            launcher = forwarder_argv(sys.executable, egress, INSIDE_EGRESS)
+        policy = SandboxPolicy(
+            cwd=cwd,
+            network="host" if settings.network == "host" else "none",
+            visible=tuple(dict.fromkeys(visible)),
+            writable=tuple(dict.fromkeys(writable)),
+            read_only=tuple(dict.fromkeys(read_only)),
+            hidden=tuple(hidden),
+            sockets=tuple(sockets),
+            unreadable_file=str(self._unreadable),
+            env=overrides,
+            tmp_dirs=(INSIDE_DIR,),
+            files=tuple(extra_ro),
+            launcher=tuple(launcher),
+        )
+        sandbox_argv = bwrap_argv(bwrap, policy, list(argv))
+        return PaneSandbox(sandbox_argv, overrides, pane_dir, egress, egress_socket)
+
+    def forget(self, pane_dir: str) -> None:
+        """Remove a pane's own files (it was removed, or its start failed)."""
+        shutil.rmtree(pane_dir, ignore_errors=True)
+
+    def pane_dir_of(self, name: str) -> str:
+        """Where pane ``name``'s own files are (a re-adopted pane's, say)."""
+        return str(self._panes_dir / name)
+
+    def _pane_dir(self, name: str) -> str:
+        try:
+            self._panes_dir.mkdir(mode=0o700, exist_ok=True)
+            if not self._unreadable.exists():
+                fd = os.open(self._unreadable, os.O_CREAT | os.O_WRONLY, 0o000)
+                os.close(fd)
+                os.chmod(self._unreadable, 0o000)
+            path = self._panes_dir / name
+            shutil.rmtree(path, ignore_errors=True)  # a crashed service's leftover
+            path.mkdir(mode=0o700)
+        except OSError as exc:
+            raise PanewardenError(
+                ErrorCode.SANDBOX_UNAVAILABLE, f"cannot make the pane's sandbox files: {exc}"
+            ) from None
+        return str(path)
+
+
+def _home_writable(agent: str, home: str) -> list[str]:
+    """The agent kind's HOME paths, directories made when missing."""
+    spec = SPECS.get(agent)
+    paths: list[str] = []
+    for entry in spec.home_writable if spec is not None else ():
+        path = os.path.join(home, entry.rstrip("/"))
+        if entry.endswith("/"):
+            try:
+                os.makedirs(path, mode=0o700, exist_ok=True)
+            except OSError:
+                continue
+        if os.path.exists(path):
+            paths.append(path)
+    return paths
+
+
+def _install_paths() -> list[str]:
+    """This installation (its interpreter's prefix and the package's folder): the
+    forwarder and the demo agent run from it inside."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return [sys.prefix, os.path.dirname(package)]
+
+
+def _argv_paths(argv: Sequence[str]) -> list[str]:
+    """Existing absolute paths named by argv (a program or script under /tmp stays
+    visible read-only)."""
+    return [arg for arg in argv if os.path.isabs(arg) and os.path.exists(arg)]
+
+
+def _write_text(path: str, text: str) -> None:
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)

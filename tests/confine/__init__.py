@@ -1,0 +1,1 @@
+"""Confined panes, from inside: a probe program tries what the sandbox forbids."""

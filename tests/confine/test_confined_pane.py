@@ -1,0 +1,211 @@
+"""A confined pane, from inside: a probe program tries each forbidden thing and reports
+what the kernel said. The service's files sit outside /tmp (``/var/tmp``, as under a
+systemd ``XDG_RUNTIME_DIR``), so hiding them is what keeps them out of reach, not the
+private /tmp."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from mcp.client.client import Client
+
+from tests.conftest import REPO, Tools, stdio_params
+from tests.faults import supervisor_of
+from tests.polling import apoll
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+PROBE = REPO / "tests" / "confine" / "probe.py"
+SETTLE_S = 30
+
+
+@dataclass
+class Host:
+    base: Path
+    home: Path
+    work: Path
+    other: Path
+    state: Path
+    runtime: Path
+    token: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {
+            "HOME": str(self.home),
+            "XDG_RUNTIME_DIR": str(self.runtime),
+            "PANEWARDEN_PROFILES": str(self.base / "profiles.json"),
+            "PANEWARDEN_TOKEN_FILE": str(self.token),
+            "PANEWARDEN_CONFINE": "on",
+            **extra,
+        }
+
+
+@pytest.fixture
+def host() -> Iterator[Host]:
+    base = Path("/var/tmp") / f"pw-confine-{secrets.token_hex(4)}"
+    dirs = {name: base / name for name in ("home", "work", "other", "state", "run")}
+    for path in dirs.values():
+        path.mkdir(parents=True, mode=0o700)
+    (dirs["home"] / ".ssh").mkdir()
+    (dirs["home"] / ".ssh" / "id_rsa").write_text("KEY\n")
+    token = base / "token"
+    token.write_text(secrets.token_hex(16) + "\n")
+    token.chmod(0o600)
+    profiles = {
+        "profiles": [
+            {
+                "name": name,
+                "argv": [sys.executable, str(PROBE)],
+                "cwds": [str(dirs["work"])],
+                "confine": True,
+                "network": network,
+            }
+            for name, network in (("probe", "none"), ("probe-host", "host"))
+        ]
+    }
+    (base / "profiles.json").write_text(json.dumps(profiles))
+    try:
+        yield Host(
+            base,
+            dirs["home"],
+            dirs["work"],
+            dirs["other"],
+            dirs["state"],
+            dirs["run"],
+            token,
+        )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def echo_port() -> Iterator[int]:
+    """A loopback TCP server on the host that answers each connection with ``pong``."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.sendall(b"pong\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
+def _runtime_sockets(runtime: Path) -> list[Path]:
+    return sorted(runtime.rglob("*.ipc")) + sorted(runtime.rglob("ctl*"))
+
+
+def _marked(marker: str) -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if marker in (proc.info["cmdline"] or []):
+            found.append(proc.pid)
+    return found
+
+
+async def _probe(tools: Tools, host: Host, profile: str, checks: dict[str, Any]) -> dict[str, str]:
+    results = host.work / "results.json"
+    results.unlink(missing_ok=True)
+    (host.work / "checks.json").write_text(json.dumps(checks))
+    await tools.call("start_pane", name="p", profile=profile)
+    assert await apoll(results.exists, SETTLE_S), "the probe wrote no results"
+    return dict(json.loads(results.read_text()))
+
+
+async def test_a_confined_pane_reaches_nothing_of_the_service_or_the_host(
+    host: Host, echo_port: int
+) -> None:
+    marker = f"--pw-daemon-{secrets.token_hex(4)}"
+    async with Client(stdio_params(host.state, **host.env())) as client:
+        tools = Tools(client)
+        # A first pane tells the supervisor's pid (its worker's parent, or its template's).
+        first = await tools.call("start_pane", name="first", profile="probe-host")
+        supervisor = supervisor_of(first["pane"]["worker_pid"])
+        assert supervisor is not None
+        await tools.call("remove_pane", name="first")
+        sockets = _runtime_sockets(host.runtime)
+        assert sockets, "the service made no sockets under XDG_RUNTIME_DIR"
+        checks = {
+            "token": ["read", str(host.token)],
+            "state": ["list", str(host.state)],
+            "profiles": ["read", str(host.base / "profiles.json")],
+            "ssh_key": ["read", str(host.home / ".ssh" / "id_rsa")],
+            "home_write": ["write", str(host.home / "planted")],
+            "other_write": ["write", str(host.other / "planted")],
+            "cwd_write": ["write", str(host.work / "mine.txt")],
+            "supervisor": ["signal", str(supervisor)],
+            "pids": ["pids", ""],
+            "loopback": ["connect_tcp", f"127.0.0.1:{echo_port}"],
+            "ctl_inside": ["connect_unix", "/tmp/.panewarden/ctl.sock"],
+            "daemon": ["daemon", marker],
+            **{f"socket {path.name}": ["connect_unix", str(path)] for path in sockets},
+        }
+        seen = await _probe(tools, host, "probe", checks)
+        status = await tools.call("get_status", name="p")
+        assert status["confined"] is True
+        listed = (await tools.call("list_panes"))["panes"]
+        assert [p["confined"] for p in listed] == [True]
+        denied = "PermissionError:13"
+        assert seen["token"] == denied, seen
+        assert seen["state"] == denied, seen
+        assert seen["profiles"] == denied, seen
+        assert seen["ssh_key"] == denied, seen
+        assert seen["home_write"] == "OSError:30", seen  # EROFS
+        assert seen["other_write"] == "OSError:30", seen
+        assert seen["cwd_write"] == "ok:5", seen
+        assert seen["supervisor"] == "ProcessLookupError:3", seen  # not in its PID namespace
+        assert seen["pids"].startswith("ok:") and int(seen["pids"][3:]) <= 5, seen
+        assert seen["loopback"] == "ConnectionRefusedError:111", seen  # its own loopback
+        assert seen["ctl_inside"] == "ok:connected", seen
+        assert seen["env_ctl"] == "/tmp/.panewarden/ctl.sock", seen
+        for path in sockets:
+            assert seen[f"socket {path.name}"] == denied, (path, seen)
+        assert seen["daemon"] == "ok:started", seen
+        assert _marked(marker), "the probe's daemon is not running"
+        await tools.call("remove_pane", name="p")
+        # The daemon left the pane's session; it died with the sandbox's PID namespace.
+        assert await apoll(lambda: not _marked(marker), 10), "the daemon outlived its pane"
+        assert not (host.home / "planted").exists()
+
+
+async def test_network_host_reaches_the_loopback_and_off_confines_nothing(
+    host: Host, echo_port: int
+) -> None:
+    async with Client(stdio_params(host.state, **host.env())) as client:
+        tools = Tools(client)
+        seen = await _probe(
+            tools, host, "probe-host", {"loopback": ["connect_tcp", f"127.0.0.1:{echo_port}"]}
+        )
+        assert seen["loopback"] == "ok:pong", seen
+        await tools.call("remove_pane", name="p")
+    # PANEWARDEN_CONFINE=off does not override a profile's `confine: true`.
+    async with Client(stdio_params(host.state, **host.env(PANEWARDEN_CONFINE="off"))) as client:
+        tools = Tools(client)
+        seen = await _probe(tools, host, "probe", {"token": ["read", str(host.token)]})
+        assert seen["token"] == "PermissionError:13", seen
+        assert (await tools.call("get_status", name="p"))["confined"] is True
+        await tools.call("remove_pane", name="p")
