@@ -11,9 +11,9 @@ import sys
 from collections.abc import Callable
 
 
-def _outcome(action: Callable[[], object]) -> str:
+def _outcome(action: Callable[[str], object], arg: str) -> str:
     try:
-        value = action()
+        value = action(arg)
     except OSError as exc:
         return f"{type(exc).__name__}:{exc.errno}"
     return f"ok:{value}"
@@ -83,10 +83,9 @@ ACTIONS: dict[str, Callable[[str], object]] = {
 def main() -> None:
     with open("checks.json") as handle:
         checks = json.load(handle)
-    results = {
-        name: _outcome(lambda kind=kind, arg=arg: ACTIONS[kind](arg))
-        for name, (kind, arg) in checks.items()
-    }
+    results: dict[str, str] = {}
+    for name, (kind, arg) in checks.items():
+        results[name] = _outcome(ACTIONS[kind], str(arg))
     results["env_ctl"] = os.environ.get("PANEWARDEN_CTL_SOCKET", "")
     with open("results.json.tmp", "w") as handle:
         json.dump(results, handle)
