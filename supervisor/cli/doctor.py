@@ -3,8 +3,10 @@
 Checks: Linux child-subreaper support, pidfd support, the state directory's
 mode, the ipc socket path length, and whether the verification sandbox works
 (Bubblewrap installed *and* able to build the sandbox here: a trivial run with no
-network, read-only host, private /tmp; needed only by ``verify``). Prints one line
-per check.
+network, read-only host, private /tmp; needed only by ``verify``), and whether
+panes can be confined (the sandbox of a confined pane builds here: required with
+``PANEWARDEN_CONFINE=on``, else panes of ``confine: "auto"`` profiles run unconfined).
+Prints one line per check.
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ import stat
 import sys
 
 from supervisor.config import ServiceConfig
+from supervisor.confinement.host import check_host
 from supervisor.exit_codes import EXIT_FAILED, EXIT_OK
 from supervisor.lanes.sandbox import probe_blocking
 from supervisor.store.statedir import runtime_socket_path
 from supervisor.workers.orphans import become_subreaper
 
-# Checks whose failure only disables a feature (the sandbox: verification recipes).
-OPTIONAL_CHECKS = frozenset({"sandbox"})
+# Checks whose failure only disables a feature (the sandbox: verification recipes;
+# confinement unless PANEWARDEN_CONFINE=on).
+OPTIONAL_CHECKS = frozenset({"sandbox", "confinement"})
 
 
 def _checks(config: ServiceConfig) -> list[tuple[str, bool, str]]:
@@ -45,14 +49,31 @@ def _checks(config: ServiceConfig) -> list[tuple[str, bool, str]]:
         results.append(("ipc path", False, str(exc)))
     works, detail = probe_blocking(config.environ)
     results.append(("sandbox", works, detail))
+    results.append(_confinement(config))
     return results
+
+
+def _confinement(config: ServiceConfig) -> tuple[str, bool, str]:
+    support = check_host(config.environ)
+    if support.available:
+        detail = f"panes are confined ({support.detail}); PANEWARDEN_CONFINE={config.confine}"
+        return "confinement", True, detail
+    if config.confine == "on":
+        return "confinement", False, f"PANEWARDEN_CONFINE=on and panes cannot be: {support.detail}"
+    return (
+        "confinement",
+        False,
+        f"panes run UNCONFINED (they can read the service's files): {support.detail}",
+    )
 
 
 def doctor_command(config: ServiceConfig) -> int:
     """Print each check; exit 1 when a required one fails (the sandbox is optional)."""
     failed = False
     for name, ok, detail in _checks(config):
-        optional = name in OPTIONAL_CHECKS
+        optional = name in OPTIONAL_CHECKS and not (
+            name == "confinement" and config.confine == "on"
+        )
         mark = "ok " if ok else ("-- " if optional else "BAD")
         print(f"{mark} {name:<11} {detail}")
         if not ok and not optional:

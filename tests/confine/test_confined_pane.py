@@ -6,9 +6,11 @@ private /tmp."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -209,3 +211,49 @@ async def test_network_host_reaches_the_loopback_and_off_confines_nothing(
         assert seen["token"] == "PermissionError:13", seen
         assert (await tools.call("get_status", name="p"))["confined"] is True
         await tools.call("remove_pane", name="p")
+
+
+async def test_confine_true_is_refused_on_a_host_that_cannot_and_auto_runs_unconfined(
+    host: Host,
+) -> None:
+    # No bwrap on the service's PATH: this host "cannot build the sandbox".
+    env = host.env(PATH="/nonexistent", PANEWARDEN_CONFINE="auto")
+    async with Client(stdio_params(host.state, **env)) as client:
+        tools = Tools(client)
+        refused = await tools.error("start_pane", name="p", profile="probe")
+        assert refused["code"] == "sandbox_unavailable", refused
+        assert "bwrap" in refused["message"], refused
+        assert (await tools.call("list_panes"))["panes"] == []
+    profiles = json.loads((host.base / "profiles.json").read_text())
+    for profile in profiles["profiles"]:
+        profile["confine"] = "auto"
+    (host.base / "profiles.json").write_text(json.dumps(profiles))
+    async with Client(stdio_params(host.state, **env)) as client:
+        tools = Tools(client)
+        seen = await _probe(tools, host, "probe", {"token": ["read", str(host.token)]})
+        assert seen["token"].startswith("ok:"), seen  # unconfined: the old trust model
+        assert (await tools.call("get_status", name="p"))["confined"] is False
+        await tools.call("remove_pane", name="p")
+
+
+def test_doctor_says_whether_panes_can_be_confined() -> None:
+    def doctor(**env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "supervisor", "doctor"],
+            env={**os.environ, **env},
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    works = doctor()
+    assert works.returncode == 0, works.stdout
+    assert "ok  confinement panes are confined" in works.stdout, works.stdout
+    without = doctor(PATH="/nonexistent")
+    assert without.returncode == 0, without.stdout  # auto: optional
+    assert "--  confinement panes run UNCONFINED" in without.stdout, without.stdout
+    required = doctor(PATH="/nonexistent", PANEWARDEN_CONFINE="on")
+    assert required.returncode == 1, required.stdout
+    assert "BAD confinement" in required.stdout, required.stdout
