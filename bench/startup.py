@@ -7,7 +7,10 @@ time: from the ``start_pane`` call until ``wait_status(until=idle)`` returns, mi
 program's own start (median): the service's overhead, p50 and p99 over the starts; and
 ``start_pane`` alone (until the worker said hello). The same with the worker template
 off (every worker started cold) in the same run is the reference. Then 64 panes are
-started at once: how many failed, and how long until all were idle.
+started at once: how many failed, and how long until all were idle. Those runs are
+unconfined; the same sequential starts confined (``PANEWARDEN_CONFINE=on``: the program
+in its Bubblewrap sandbox, a profile with ``confine: true``) alternate with unconfined
+ones in one service: what confinement adds to a start.
 """
 
 from __future__ import annotations
@@ -88,7 +91,9 @@ async def _parallel(service: Service, count: int) -> tuple[int, float]:
 
 
 async def _measure(runs: int, parallel: int, template: str) -> dict[str, list[float]]:
-    async with bench_service(PANEWARDEN_WORKER_TEMPLATE=template) as service:
+    async with bench_service(
+        PANEWARDEN_WORKER_TEMPLATE=template, PANEWARDEN_CONFINE="off"
+    ) as service:
         # One start first: the template, started with the service, is ready after it.
         await _sequential(service, 1)
         to_idle, to_hello = await _sequential(service, runs)
@@ -97,6 +102,24 @@ async def _measure(runs: int, parallel: int, template: str) -> dict[str, list[fl
             failures, elapsed = await _parallel(service, parallel)
             out |= {"failures": [float(failures)], "parallel_ms": [elapsed]}
     return out
+
+
+async def _confined_vs_plain(runs: int) -> tuple[list[float], list[float]]:
+    """start_pane -> idle (ms) of unconfined and confined starts, alternating."""
+    boxed = {"name": "quick-confined", "agent": "generic", "argv": QUICK_ARGV, "cwds": ["/"]}
+    plain: list[float] = []
+    confined: list[float] = []
+    async with bench_service([boxed | {"confine": True}], PANEWARDEN_CONFINE="off") as service:
+        for i in range(runs + 1):
+            for profile, into in (("quick", plain), ("quick-confined", confined)):
+                name = f"c{i}-{len(into)}"
+                t0 = time.perf_counter()
+                await service.call("start_pane", name=name, profile=profile)
+                await service.call("wait_status", name=name, until=["idle"], timeout_s=60)
+                if i:  # the first pair warms the template and the sandbox's files
+                    into.append((time.perf_counter() - t0) * 1000)
+                await service.call("remove_pane", name=name)
+    return plain, confined
 
 
 def _p99(values: list[float]) -> float:
@@ -111,10 +134,22 @@ def run(options: Options) -> Sequence[Figure]:
     own_median = statistics.median(own)
     warm = asyncio.run(_measure(runs, parallel, "on"))
     cold = asyncio.run(_measure(runs, 0, "off"))
+    plain, confined = asyncio.run(_confined_vs_plain(runs))
+    plain_median = statistics.median(plain)
+    added = [v - plain_median for v in confined]
     over_warm = [v - own_median for v in warm["to_idle"]]
     over_cold = [v - own_median for v in cold["to_idle"]]
     return [
         Figure("startup.program_own_start", "ms", own, note="quick program on a bare PTY"),
+        Figure(
+            "startup.confined_extra_p50",
+            "ms",
+            added,
+            goal="<= 10 ms over an unconfined start",
+            limit=10.0,
+            limit_on_ratio=False,
+            note="confined start_pane -> idle minus the unconfined median, alternating starts",
+        ),
         Figure(
             "startup.overhead_p50",
             "ms",
