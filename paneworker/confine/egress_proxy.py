@@ -39,6 +39,7 @@ CONNECT_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 256
 CHUNK = 64 * 1024
 STOP_TIMEOUT_S = 5.0
+ACCEPT_BATCH = 64
 LABEL_LIMIT = 64
 # A program inside can refuse itself in a loop: warnings beyond this many per window are
 # counted, and the count is logged once the window ends.
@@ -116,7 +117,7 @@ class EgressProxy:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._loop.create_task(self._accept())
+        self._loop.add_reader(self._listener, self._accept)
         try:
             self._loop.run_forever()
         finally:
@@ -125,6 +126,7 @@ class EgressProxy:
             self._open.clear()
 
     def _shutdown(self) -> None:
+        self._loop.remove_reader(self._listener)
         for task in asyncio.all_tasks(self._loop):
             task.cancel()
         # Let the cancelled tasks unwind (their finally blocks close their sockets).
@@ -136,20 +138,22 @@ class EgressProxy:
         else:
             self._loop.stop()
 
-    async def _accept(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
+    def _accept(self) -> None:
+        # A reader callback, not ``sock_accept``: a cancelled ``sock_accept`` can still
+        # accept a connection and drop it (Python 3.11), leaking its socket.
+        for _ in range(ACCEPT_BATCH):
             try:
-                client, _ = await loop.sock_accept(self._listener)
-            except OSError as exc:  # out of fds, say: wait a little, keep serving
+                client, _ = self._listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as exc:  # out of fds, say: the next readiness tries again
                 log.warning("egress proxy accept failed: %s", exc, extra=self._extra())
-                await asyncio.sleep(0.1)
-                continue
+                return
             client.setblocking(False)
             if len(self._tasks) >= self._max_connections:
                 self._refuse_busy(client)
                 continue
-            task = loop.create_task(self._serve(client))
+            task = self._loop.create_task(self._serve(client))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
