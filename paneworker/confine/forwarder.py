@@ -33,6 +33,9 @@ ANSWER_TIMEOUT_S = 20.0
 MAX_CONNECTIONS = 512
 PR_SET_PDEATHSIG = 1
 _PREFIX = "panewarden forwarder: "
+# The terminal's signals reach the whole foreground group, this child too; a hang-up
+# ends the program, and the program's end ends the child (PR_SET_PDEATHSIG).
+_CHILD_IGNORES = {signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP, signal.SIGHUP}
 
 
 class _Usage(Exception):
@@ -79,11 +82,16 @@ def main(argv: Sequence[str]) -> int:
         except OSError as exc:
             print(f"{_PREFIX}cannot listen on {address}:{port}: {exc.strerror}", file=sys.stderr)
             return EXIT_BIND
-    if listeners and os.fork() == 0:
-        try:
-            _child(path, listeners)
-        finally:
-            os._exit(0)
+    if listeners:
+        # Blocked across the fork, so a ^C at that moment cannot kill the child before
+        # it ignores them; the program gets the mask it was given.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _CHILD_IGNORES)
+        if os.fork() == 0:
+            try:
+                _child(path, listeners, mask)
+            finally:
+                os._exit(0)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     for sock, _ in listeners:
         sock.close()
     try:
@@ -105,13 +113,14 @@ def _bind(address: str, port: int) -> socket.socket:
     return sock
 
 
-def _child(path: str, listeners: list[tuple[socket.socket, str]]) -> None:
+def _child(path: str, listeners: list[tuple[socket.socket, str]], mask: set[int]) -> None:
+    for sig in _CHILD_IGNORES:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     parent = os.getppid()
     _die_with_parent()
     if os.getppid() != parent:  # it ended before the prctl took effect
         return
-    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
     # Nothing of ours may reach the pane's terminal, nor keep it open.
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
