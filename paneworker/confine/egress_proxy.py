@@ -106,7 +106,9 @@ class EgressProxy:
             self._loop.call_soon_threadsafe(self._shutdown)
         self._thread.join(STOP_TIMEOUT_S)
         if self._thread.is_alive():
-            log.warning("egress proxy thread did not end in %.0fs", STOP_TIMEOUT_S, extra=self._extra())
+            log.warning(
+                "egress proxy thread did not end in %.0fs", STOP_TIMEOUT_S, extra=self._extra()
+            )
         else:
             self._loop.close()
         self._listener.close()

@@ -15,6 +15,7 @@ start of such a pane, so it imports little: no argparse, no asyncio.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -197,18 +198,14 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
         dst.shutdown(socket.SHUT_WR)
     except OSError:
         for sock in (src, dst):
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 def _reset(conn: socket.socket) -> None:
     """Close with a reset: the program sees a failed connection, not an empty reply."""
-    try:
+    with contextlib.suppress(OSError):
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-    except OSError:
-        pass
     conn.close()
 
 

@@ -15,6 +15,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from types import TracebackType
+from typing import Self
 
 JOIN_S = 10.0
 
@@ -60,7 +61,7 @@ class _Server:
         for conn in conns:
             conn.close()
 
-    def __enter__(self) -> _Server:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

@@ -37,7 +37,10 @@ def _free_port() -> int:
 
 
 def test_forwarder_argv_lists_every_destination() -> None:
-    dests = [Destination("127.0.0.1", 8080, "127.0.0.1"), Destination("api.test", 443, "127.100.0.1")]
+    dests = [
+        Destination("127.0.0.1", 8080, "127.0.0.1"),
+        Destination("api.test", 443, "127.100.0.1"),
+    ]
     assert forwarder_argv("/py", dests, "/tmp/s") == [
         "/py", "-I", "-m", "paneworker.confine.forwarder", "--socket", "/tmp/s",
         "--listen", "127.0.0.1:8080=127.0.0.1:8080",
@@ -145,4 +148,8 @@ def test_the_child_serves_through_sigint_and_dies_with_the_program(sockdir: str)
     assert report["got"] == "ping"
     assert len(report["kids"]) == 1
     child = int(report["kids"][0])
-    poll(lambda: _gone(child), RUN_S, what=f"the forwarder's child {child} to die")
+    try:
+        poll(lambda: _gone(child), RUN_S, what=f"the forwarder's child {child} to die")
+    finally:
+        if not _gone(child):
+            os.kill(child, signal.SIGKILL)
