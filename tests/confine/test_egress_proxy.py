@@ -15,7 +15,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from paneworker.confine.egress_proxy import CHUNK, HEADER_LIMIT, EgressProxy, start_egress
+from paneworker.confine.egress_proxy import (
+    CHUNK,
+    HEADER_LIMIT,
+    WARNINGS_PER_WINDOW,
+    EgressProxy,
+    start_egress,
+)
 from protocol.boot import PaneLaunch
 from protocol.egress import Destination
 from tests.confine.echo import EchoServer, SinkServer, ended, read_all, read_line, socket_dir
@@ -276,3 +282,18 @@ def test_start_egress_is_none_without_destinations(sockdir: str, echo: EchoServe
             assert read_line(sock) == b"OK\n"
     finally:
         proxy.stop()
+
+
+def test_refusal_warnings_are_capped_per_window(
+    sockdir: str, echo: EchoServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = _proxy(sockdir, _dest(echo.port))
+    caplog.set_level(logging.WARNING, logger="paneworker.confine.egress_proxy")
+    try:
+        for _ in range(WARNINGS_PER_WINDOW + 5):
+            with _open(proxy.path, b"CONNECT 127.0.0.1:1\n") as sock:
+                assert read_line(sock) == b"NO not allowed\n"
+    finally:
+        proxy.stop()
+    refusals = [r for r in caplog.records if r.getMessage().startswith("egress refused")]
+    assert len(refusals) == WARNINGS_PER_WINDOW
