@@ -108,8 +108,9 @@ def _is_address(host: str) -> bool:
 
 
 def forwarder_argv(python: str, destinations: list[Destination], inside_socket: str) -> list[str]:
-    """The command that starts the forwarder inside the sandbox; the program's own argv
-    follows it."""
+    """The start of a confined pane's command inside the sandbox: the forwarder
+    (``paneworker.confine.forwarder``), which listens on each destination's inside address
+    and then runs the program given after the returned ``--``."""
     argv = [python, "-I", "-m", "paneworker.confine.forwarder", "--socket", inside_socket]
     for d in destinations:
         argv += ["--listen", f"{d.inside}:{d.port}={d.host}:{d.port}"]

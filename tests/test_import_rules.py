@@ -25,7 +25,7 @@ SHARED_MODULES = {"config", "procfs", "version", "exit_codes"}
 SUPERVISOR_ROOMS: dict[str, set[str]] = {
     "store": set(),
     "profiles": set(),
-    "confinement": set(),
+    "confinement": {"profiles"},
     "auth": {"store"},
     "workers": {"store"},
     "panes": {"store", "profiles", "workers", "confinement"},

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import zmq
 
+from paneworker.confine.egress_proxy import EgressProxy, start_egress
 from paneworker.loop.link import SupervisorLink
 from paneworker.loop.pacing import BUSY_SCAN_S, ScanPacer
 from paneworker.procs.oscalls import OsCalls
@@ -82,7 +83,10 @@ class PaneWorker:
         )
         self.program: Program | None = None
         self.spawn_error: str | None = None
+        self.egress: EgressProxy | None = None
         try:
+            # The proxy's socket must exist before the sandbox binds it in.
+            self.egress = start_egress(boot.launch)
             self.program = Program(
                 boot.launch.argv,
                 boot.launch.cwd,
@@ -350,6 +354,8 @@ class PaneWorker:
         try:
             self.kill_everything(self.boot.launch.kill_grace_s)
         finally:
+            if self.egress is not None:
+                self.egress.stop()
             if self.program is not None:
                 self.program.close()
             # Long enough for a final Closed/Exited frame, bounded if nobody listens.

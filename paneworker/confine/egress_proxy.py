@@ -1,0 +1,361 @@
+"""The worker's egress proxy: the only way out of a confined pane's network.
+
+A sandbox with a ``network`` list has no network but its own loopback; its forwarder
+carries each connection over the Unix socket ``PaneLaunch.egress_socket`` (bound into
+the sandbox) to this proxy, which runs in the worker, outside. Per connection the client
+sends one line ``CONNECT host:port\\n``; the proxy connects only to a destination on the
+pane's list, answers ``OK\\n`` or ``NO <reason>\\n``, and then copies bytes both ways until
+both sides have closed. The program inside can talk to the socket itself, so every check
+is here and nothing the forwarder does is relied on.
+
+It runs in one daemon thread with an asyncio loop of its own (the worker's main loop is
+a select loop that must not wait on network peers). Everything is bounded: the header
+(``HEADER_LIMIT`` bytes within ``HEADER_TIMEOUT_S``), the connect (``CONNECT_TIMEOUT_S``),
+the connections at once (``MAX_CONNECTIONS``) and the bytes held per direction
+(``CHUNK``: a chunk is sent whole before the next is read, so a slow reader stops the
+writer instead of filling memory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import stat
+import threading
+import time
+from collections.abc import Mapping
+
+from protocol.boot import PaneLaunch
+from protocol.egress import Destination, parse_destination
+
+log = logging.getLogger(__name__)
+
+HEADER_LIMIT = 512
+HEADER_TIMEOUT_S = 5.0
+CONNECT_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 256
+CHUNK = 64 * 1024
+STOP_TIMEOUT_S = 5.0
+ACCEPT_BATCH = 64
+LABEL_LIMIT = 64
+# A program inside can get itself refused in a loop: warnings beyond this many per window
+# are counted, and the count is logged with the first refusal after the window.
+WARNINGS_PER_WINDOW = 20
+WARNING_WINDOW_S = 10.0
+_CONNECT = b"CONNECT "
+
+
+class _Refused(Exception):
+    """A connection the proxy answers ``NO`` (the reason is the message)."""
+
+
+def start_egress(launch: PaneLaunch) -> EgressProxy | None:
+    """The proxy for ``launch``'s destinations, listening before this returns; None when
+    the pane has no ``network`` list. Raises OSError when the socket cannot be bound."""
+    if not launch.egress:
+        return None
+    return EgressProxy(launch.egress, launch.egress_socket, pane=launch.pane)
+
+
+class EgressProxy:
+    """One pane's proxy; see the module docstring. ``resolve`` fixes names to addresses
+    instead of asking DNS (tests: there is no DNS on the test machines)."""
+
+    def __init__(
+        self,
+        destinations: list[Destination],
+        socket_path: str,
+        *,
+        pane: str = "",
+        resolve: Mapping[str, str] | None = None,
+        header_timeout_s: float = HEADER_TIMEOUT_S,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        self._allowed = frozenset((d.host, d.port) for d in destinations)
+        self._path = socket_path
+        self._pane = pane
+        self._resolve = dict(resolve or {})
+        self._header_timeout_s = header_timeout_s
+        self._connect_timeout_s = connect_timeout_s
+        self._max_connections = max_connections
+        self._open: set[socket.socket] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._warned = 0
+        self._window_end = 0.0
+        self._stopped = False
+        self._listener = _listen(socket_path)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="egress-proxy", daemon=True)
+        self._thread.start()
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def stop(self) -> None:
+        """Close every connection and the socket, end the thread, remove the socket file.
+        Idempotent; waits at most ``STOP_TIMEOUT_S`` for the thread."""
+        if self._stopped:
+            return
+        self._stopped = True
+        with contextlib.suppress(RuntimeError):  # the loop has already ended
+            self._loop.call_soon_threadsafe(self._shutdown)
+        self._thread.join(STOP_TIMEOUT_S)
+        if self._thread.is_alive():
+            log.warning(
+                "egress proxy thread did not end in %.0fs", STOP_TIMEOUT_S, extra=self._extra()
+            )
+        else:
+            self._loop.close()
+        self._listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path)
+
+    # -- the loop's thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.add_reader(self._listener, self._accept)
+        try:
+            self._loop.run_forever()
+        finally:
+            for sock in list(self._open):
+                sock.close()
+            self._open.clear()
+
+    def _shutdown(self) -> None:
+        self._loop.remove_reader(self._listener)
+        for task in asyncio.all_tasks(self._loop):
+            task.cancel()
+        # Let the cancelled tasks unwind (their finally blocks close their sockets).
+        self._loop.call_soon(self._stop_when_idle)
+
+    def _stop_when_idle(self) -> None:
+        if any(not t.done() for t in asyncio.all_tasks(self._loop)):
+            self._loop.call_soon(self._stop_when_idle)
+        else:
+            self._loop.stop()
+
+    def _accept(self) -> None:
+        # A reader callback, not ``sock_accept``: a cancelled ``sock_accept`` can still
+        # accept a connection and drop it (Python 3.11), leaking its socket.
+        for _ in range(ACCEPT_BATCH):
+            try:
+                client, _ = self._listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as exc:  # out of fds, say: the next readiness tries again
+                log.warning("egress proxy accept failed: %s", exc, extra=self._extra())
+                return
+            client.setblocking(False)
+            if len(self._tasks) >= self._max_connections:
+                self._refuse_busy(client)
+                continue
+            task = self._loop.create_task(self._serve(client))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _refuse_busy(self, client: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            client.send(b"NO busy\n")  # a fresh socket's buffer is empty: this cannot block
+        client.close()
+        self._warn("egress refused (busy: %d connections)", self._max_connections)
+
+    async def _serve(self, client: socket.socket) -> None:
+        self._open.add(client)
+        upstream: socket.socket | None = None
+        loop = asyncio.get_running_loop()
+        label = "?"
+        try:
+            try:
+                header, early = await asyncio.wait_for(
+                    self._read_header(client), self._header_timeout_s
+                )
+            except TimeoutError:
+                raise _Refused("header timeout") from None
+            label = header.removeprefix(_CONNECT).decode(errors="replace")
+            host, port = self._check(header)
+            upstream = await self._connect(host, port)
+            self._open.add(upstream)
+            await loop.sock_sendall(client, b"OK\n")
+            if early:
+                await loop.sock_sendall(upstream, early)
+            await self._splice(client, upstream)
+        except _Refused as refused:
+            self._warn("egress refused %s: %s", label[:LABEL_LIMIT], refused)
+            with contextlib.suppress(OSError):
+                client.send(f"NO {refused}\n".encode())
+        except OSError:
+            pass  # a peer went away: nothing to tell anyone
+        finally:
+            for sock in (client, upstream):
+                if sock is not None:
+                    self._open.discard(sock)
+                    sock.close()
+
+    async def _read_header(self, client: socket.socket) -> tuple[bytes, bytes]:
+        """The header line (without its newline) and any bytes sent after it."""
+        loop = asyncio.get_running_loop()
+        data = b""
+        while b"\n" not in data:
+            if len(data) >= HEADER_LIMIT:
+                raise _Refused("header too long")
+            chunk = await loop.sock_recv(client, HEADER_LIMIT - len(data))
+            if not chunk:
+                raise _Refused("no header")
+            data += chunk
+        line, _, early = data.partition(b"\n")
+        return line, early
+
+    def _check(self, header: bytes) -> tuple[str, int]:
+        if not header.startswith(_CONNECT):
+            raise _Refused("bad header")
+        try:
+            host, port = parse_destination(header[len(_CONNECT) :].decode("ascii"))
+        except (UnicodeDecodeError, ValueError):
+            raise _Refused("bad destination") from None
+        if (host, port) not in self._allowed:
+            raise _Refused("not allowed")
+        return host, port
+
+    async def _connect(self, host: str, port: int) -> socket.socket:
+        """A connected non-blocking socket to (host, port), within the connect deadline
+        (the name's resolution included)."""
+        last: OSError | None = None
+        try:
+            async with asyncio.timeout(self._connect_timeout_s):
+                for family, address in await self._addresses(host, port):
+                    try:
+                        return await self._connect_one(family, address)
+                    except OSError as exc:
+                        last = exc
+        except TimeoutError:
+            raise _Refused("connect timeout") from None
+        if last is not None and last.errno is not None:
+            raise _Refused(os.strerror(last.errno).lower())
+        raise _Refused("connect failed")
+
+    async def _connect_one(self, family: int, address: tuple[str, int]) -> socket.socket:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        self._open.add(sock)  # closed by stop() if the loop ends meanwhile
+        try:
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, address)
+        except BaseException:
+            sock.close()
+            raise
+        finally:
+            self._open.discard(sock)
+        return sock
+
+    async def _addresses(self, host: str, port: int) -> list[tuple[int, tuple[str, int]]]:
+        fixed = self._resolve.get(host)
+        if fixed is not None or _is_ipv4(host):
+            return [(socket.AF_INET, (fixed or host, port))]
+        try:
+            infos = await _getaddrinfo(host, port)
+        except socket.gaierror:
+            raise _Refused("name not resolved") from None
+        return [(family, (str(sa[0]), int(sa[1]))) for family, sa in infos]
+
+    async def _splice(self, client: socket.socket, upstream: socket.socket) -> None:
+        pumps = [
+            asyncio.ensure_future(_pump(client, upstream)),
+            asyncio.ensure_future(_pump(upstream, client)),
+        ]
+        try:
+            # A failed direction (a reset) ends the other too; a clean EOF leaves it.
+            await asyncio.wait(pumps, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for pump in pumps:
+                pump.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+
+    def _warn(self, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        if now >= self._window_end:
+            if self._warned > WARNINGS_PER_WINDOW:
+                log.warning(
+                    "egress: %d more refusals not logged",
+                    self._warned - WARNINGS_PER_WINDOW,
+                    extra=self._extra(),
+                )
+            self._warned = 0
+            self._window_end = now + WARNING_WINDOW_S
+        self._warned += 1
+        if self._warned <= WARNINGS_PER_WINDOW:
+            log.warning(msg, *args, extra=self._extra())
+
+    def _extra(self) -> dict[str, str]:
+        return {"pane": self._pane} if self._pane else {}
+
+
+async def _pump(src: socket.socket, dst: socket.socket) -> None:
+    """Copy ``src`` to ``dst`` a chunk at a time until ``src`` ends, then end ``dst``'s
+    writing side (half-close: the other direction goes on)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        data = await loop.sock_recv(src, CHUNK)
+        if not data:
+            break
+        await loop.sock_sendall(dst, data)
+    with contextlib.suppress(OSError):
+        dst.shutdown(socket.SHUT_WR)
+
+
+async def _getaddrinfo(host: str, port: int) -> list[tuple[int, tuple[str, int]]]:
+    """DNS off the loop, in a daemon thread of its own: a resolver stuck past the connect
+    deadline is abandoned instead of holding an executor (and the worker's exit)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[list[tuple[int, tuple[str, int]]]] = loop.create_future()
+
+    def settle(result: object, error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def resolve() -> None:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            result = [(int(i[0]), (str(i[4][0]), int(i[4][1]))) for i in infos]
+            outcome: tuple[object, BaseException | None] = (result, None)
+        except OSError as exc:
+            outcome = (None, exc)
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=resolve, name="egress-resolve", daemon=True).start()
+    return await done
+
+
+def _listen(path: str) -> socket.socket:
+    """The listening socket at ``path``, mode 0600 (its directory is the worker's, 0700).
+    A socket left there by a dead worker is replaced; anything else is an error."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        os.chmod(path, 0o600)
+        sock.listen(64)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _is_ipv4(host: str) -> bool:
+    try:
+        socket.inet_pton(socket.AF_INET, host)
+    except OSError:
+        return False
+    return True

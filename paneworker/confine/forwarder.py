@@ -1,0 +1,213 @@
+"""The forwarder: a confined pane's destinations, inside its sandbox.
+
+Run as ``python -I -m paneworker.confine.forwarder --socket SOCK --listen
+ADDR:PORT=HOST:PORT ... -- PROGRAM ARGS...`` (argv from ``protocol.egress.forwarder_argv``).
+It binds every listener first, so the program's first connection cannot come before
+them, then forks: the child accepts on the listeners and carries each TCP connection over
+the Unix socket ``SOCK`` to the worker's egress proxy (header ``CONNECT HOST:PORT``); the
+parent execs PROGRAM, which keeps the pane's PID, terminal and signal dispositions.
+
+The child is not trusted with anything (the proxy checks every destination); it only
+must not outlive the program (``PR_SET_PDEATHSIG``, and the PID namespace's end) nor die
+of the terminal's ^C, ^\\ and ^Z, which reach the whole foreground group. It runs at every
+start of such a pane, so it imports little: no argparse, no asyncio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+
+EXIT_USAGE = 64
+EXIT_BIND = 70  # EX_SOFTWARE: the sandbox is not as planned
+EXIT_EXEC = 127
+CHUNK = 64 * 1024
+ANSWER_LIMIT = 128
+# The proxy's header and connect deadlines, and a margin.
+ANSWER_TIMEOUT_S = 20.0
+# Connections carried at once; more are reset (the proxy allows fewer anyway).
+MAX_CONNECTIONS = 512
+PR_SET_PDEATHSIG = 1
+_PREFIX = "panewarden forwarder: "
+# The terminal's signals reach the whole foreground group, this child too; a hang-up
+# ends the program, and the program's end ends the child (PR_SET_PDEATHSIG).
+_CHILD_IGNORES = {signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP, signal.SIGHUP}
+
+
+class _Usage(Exception):
+    pass
+
+
+def parse(argv: Sequence[str]) -> tuple[str, list[tuple[str, int, str]], list[str]]:
+    """(socket, [(listen address, port, "host:port")], program argv)."""
+    path = ""
+    listens: list[tuple[str, int, str]] = []
+    args = list(argv)
+    while args:
+        flag = args.pop(0)
+        if flag == "--":
+            break
+        if flag not in ("--socket", "--listen") or not args:
+            raise _Usage(f"unexpected argument {flag[:64]!r}")
+        value = args.pop(0)
+        if flag == "--socket":
+            path = value
+            continue
+        inside, sep, target = value.partition("=")
+        address, _, port = inside.rpartition(":")
+        if not sep or not address or not port.isdigit() or ":" not in target:
+            raise _Usage(f"--listen wants ADDR:PORT=HOST:PORT, not {value[:64]!r}")
+        listens.append((address, int(port), target))
+    else:
+        raise _Usage("no program after --")
+    if not path or not args:
+        raise _Usage("--socket and a program after -- are required")
+    return path, listens, args
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        path, listens, program = parse(argv)
+    except _Usage as exc:
+        print(_PREFIX + str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    listeners: list[tuple[socket.socket, str]] = []
+    for address, port, target in listens:
+        try:
+            listeners.append((_bind(address, port), target))
+        except OSError as exc:
+            print(f"{_PREFIX}cannot listen on {address}:{port}: {exc.strerror}", file=sys.stderr)
+            return EXIT_BIND
+    if listeners:
+        # Blocked across the fork, so a ^C at that moment cannot kill the child before
+        # it ignores them; the program gets the mask it was given.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _CHILD_IGNORES)
+        if os.fork() == 0:
+            try:
+                _child(path, listeners, mask)
+            finally:
+                os._exit(0)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    for sock, _ in listeners:
+        sock.close()
+    try:
+        os.execvp(program[0], program)
+    except OSError as exc:
+        print(f"{_PREFIX}cannot run {program[0][:64]!r}: {exc.strerror}", file=sys.stderr)
+    return EXIT_EXEC
+
+
+def _bind(address: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _child(path: str, listeners: list[tuple[socket.socket, str]], mask: set[int]) -> None:
+    for sig in _CHILD_IGNORES:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    parent = os.getppid()
+    _die_with_parent()
+    if os.getppid() != parent:  # it ended before the prctl took effect
+        return
+    # Nothing of ours may reach the pane's terminal, nor keep it open.
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    import selectors  # only the child needs it
+
+    slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+    with selectors.DefaultSelector() as selector:
+        for sock, target in listeners:
+            selector.register(sock, selectors.EVENT_READ, target)
+        while True:
+            for key, _ in selector.select():
+                listener = key.fileobj
+                assert isinstance(listener, socket.socket)
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    continue
+                if not slots.acquire(blocking=False):
+                    _reset(conn)
+                    continue
+                threading.Thread(
+                    target=_carry, args=(conn, path, key.data, slots), daemon=True
+                ).start()
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _carry(conn: socket.socket, path: str, target: str, slots: threading.BoundedSemaphore) -> None:
+    """One TCP connection: through the proxy to ``target``, or reset if refused."""
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        upstream.settimeout(ANSWER_TIMEOUT_S)
+        upstream.connect(path)
+        upstream.sendall(f"CONNECT {target}\n".encode())
+        if _answer(upstream) != b"OK":
+            _reset(conn)
+            return
+        upstream.settimeout(None)
+        other = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
+        other.start()
+        _pump(conn, upstream)
+        other.join()
+    except OSError:
+        _reset(conn)
+    finally:
+        upstream.close()
+        conn.close()
+        slots.release()
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """The proxy's answer line, read a byte at a time: what follows it is the stream."""
+    line = b""
+    while not line.endswith(b"\n") and len(line) < ANSWER_LIMIT:
+        byte = sock.recv(1)
+        if not byte:
+            break
+        line += byte
+    return line.rstrip(b"\n")
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    """Copy until ``src`` ends, then half-close ``dst``; on an error end both."""
+    try:
+        while data := src.recv(CHUNK):
+            dst.sendall(data)
+        dst.shutdown(socket.SHUT_WR)
+    except OSError:
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+def _reset(conn: socket.socket) -> None:
+    """Close with a reset: the program sees a failed connection, not an empty reply."""
+    with contextlib.suppress(OSError):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    conn.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
