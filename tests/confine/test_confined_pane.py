@@ -257,3 +257,29 @@ def test_doctor_says_whether_panes_can_be_confined() -> None:
     required = doctor(PATH="/nonexistent", PANEWARDEN_CONFINE="on")
     assert required.returncode == 1, required.stdout
     assert "BAD confinement" in required.stdout, required.stdout
+
+
+async def test_a_network_list_reaches_its_one_destination_and_nothing_else(
+    host: Host, echo_port: int
+) -> None:
+    other = socket.create_server(("127.0.0.1", 0))  # listening, but not on the list
+    try:
+        profiles = json.loads((host.base / "profiles.json").read_text())
+        profiles["profiles"][0]["network"] = [f"127.0.0.1:{echo_port}"]
+        (host.base / "profiles.json").write_text(json.dumps(profiles))
+        async with Client(stdio_params(host.state, **host.env())) as client:
+            tools = Tools(client)
+            checks = {
+                "allowed": ["connect_tcp", f"127.0.0.1:{echo_port}"],
+                "other": ["connect_tcp", f"127.0.0.1:{other.getsockname()[1]}"],
+                "egress_direct": ["connect_unix", "/tmp/.panewarden/egress.sock"],
+                "token": ["read", str(host.token)],
+            }
+            seen = await _probe(tools, host, "probe", checks)
+            assert seen["allowed"] == "ok:pong", seen
+            assert seen["other"] == "ConnectionRefusedError:111", seen
+            assert seen["egress_direct"] == "ok:connected", seen  # the proxy checks each one
+            assert seen["token"] == "PermissionError:13", seen
+            await tools.call("remove_pane", name="p")
+    finally:
+        other.close()

@@ -3,8 +3,9 @@
 Offline no CLI asks for a tool, so each runs against ``tests/tools/fake_model.py``: the
 first request of a turn is answered with a shell call running the command after ``RUN:``
 in the prompt, the request after the tool result with a short text. Each CLI runs in a real
-pane driven by the SDK client, with a fresh HOME holding the config that points it at the
-server and makes it ask before running shell commands:
+pane driven by the SDK client, confined (``confine: true``: in its Bubblewrap sandbox, HOME
+read-only but for the CLI's own paths), with a fresh HOME holding the config that points
+it at the server and makes it ask before running shell commands:
 
 - opencode: ``~/.config/opencode/opencode.json`` with a custom openai-compatible provider
   and ``"permission": {"bash": "ask", "edit": "ask"}``;
@@ -126,6 +127,9 @@ async def dialog_env(tmp_path: Path, fake_model: FakeModel) -> AsyncIterator[Env
                 "argv": [str(cli_path(package)), *EXTRA_ARGS.get(cli, [])],
                 "cwds": [str(work)],
                 "env": cli_env(cli, fake_model.url, home),
+                # The full turns run confined (docs/operations.md, "Confined panes"):
+                # the CLIs must work unchanged in the sandbox.
+                "confine": True,
             }
         )
     pfile = tmp_path / "profiles.json"

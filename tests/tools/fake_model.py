@@ -699,6 +699,9 @@ def write_cli_configs(home: Path, work: Path, url: str) -> None:
                 # ("Make auto mode your default permission mode?") when the user settings
                 # set another defaultMode.
                 "hasSeenAutoDefaultNudge": True,
+                # Confined, 2.1.332 offers its fullscreen renderer at start-up ("Try the
+                # new fullscreen renderer?"); unconfined it does not (cause not found).
+                "fullscreenUpsellSeenCount": 99,
             }
         )
     )
