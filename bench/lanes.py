@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.core import Figure, Options
+from supervisor.confinement.host import find_bwrap
+from supervisor.confinement.policy import bwrap_argv
 from supervisor.lanes import sandbox
 from supervisor.lanes.git import Git
 from supervisor.lanes.worktree_digest import worktree_digest
@@ -90,7 +92,7 @@ async def _measure(n: int, files: int) -> dict[str, list[float]]:
                 await _median_ms(n, lambda: worktree_digest(git, str(wt), base)),
             ),
         ]
-        bwrap = sandbox.find_bwrap(os.environ)
+        bwrap = find_bwrap(os.environ)
         env = {"PATH": sandbox.SANDBOX_PATH}
         rows.append(
             (
@@ -99,9 +101,18 @@ async def _measure(n: int, files: int) -> dict[str, list[float]]:
             )
         )
         if bwrap is not None:
-            argv = sandbox.sandbox_argv(
-                bwrap, worktree=str(wt), read_only=[], writable=[], argv=["true"]
+            # A recipe's sandbox, the user's keys that exist here hidden as they would be.
+            unreadable = Path(tmp) / "unreadable"
+            unreadable.touch(mode=0o000)
+            policy = sandbox.recipe_policy(
+                worktree=str(wt),
+                read_only=[],
+                writable=[],
+                home=os.environ.get("HOME") or "/",
+                service_paths=(),
+                unreadable_file=str(unreadable),
             )
+            argv = bwrap_argv(bwrap, policy, ["true"])
             rows.append(
                 (
                     "true_sandbox",

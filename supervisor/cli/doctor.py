@@ -1,11 +1,11 @@
 """``panewarden doctor``: check that this host can run panewarden safely.
 
 Checks: Linux child-subreaper support, pidfd support, the state directory's
-mode, the ipc socket path length, and whether the verification sandbox works
-(Bubblewrap installed *and* able to build the sandbox here: a trivial run with no
-network, read-only host, private /tmp; needed only by ``verify``), and whether
-panes can be confined (the sandbox of a confined pane builds here: required with
-``PANEWARDEN_CONFINE=on``, else panes of ``confine: "auto"`` profiles run unconfined).
+mode, the ipc socket path length, and whether Bubblewrap is installed *and* builds the
+sandbox here (one trivial run, ``confinement.host.check_host``), said twice: for
+verification recipes (``sandbox``: needed only by ``verify``) and for panes
+(``confinement``: required with ``PANEWARDEN_CONFINE=on``, else panes of
+``confine: "auto"`` profiles run unconfined); recipes and panes share the builder.
 Prints one line per check.
 """
 
@@ -16,9 +16,8 @@ import stat
 import sys
 
 from supervisor.config import ServiceConfig
-from supervisor.confinement.host import check_host
+from supervisor.confinement.host import HostSupport, check_host
 from supervisor.exit_codes import EXIT_FAILED, EXIT_OK
-from supervisor.lanes.sandbox import probe_blocking
 from supervisor.store.statedir import runtime_socket_path
 from supervisor.workers.orphans import become_subreaper
 
@@ -47,14 +46,21 @@ def _checks(config: ServiceConfig) -> list[tuple[str, bool, str]]:
         results.append(("ipc path", True, str(path)))
     except Exception as exc:
         results.append(("ipc path", False, str(exc)))
-    works, detail = probe_blocking(config.environ)
-    results.append(("sandbox", works, detail))
-    results.append(_confinement(config))
+    # One host check for both: recipes and panes share the sandbox's builder.
+    support = check_host(config.environ)
+    results.append(_sandbox(support))
+    results.append(_confinement(config, support))
     return results
 
 
-def _confinement(config: ServiceConfig) -> tuple[str, bool, str]:
-    support = check_host(config.environ)
+def _sandbox(support: HostSupport) -> tuple[str, bool, str]:
+    if support.available:
+        detail = f"{support.bwrap}: no network, read-only host, private /tmp and HOME"
+        return "sandbox", True, detail
+    return "sandbox", False, f"{support.detail}: verify is unavailable"
+
+
+def _confinement(config: ServiceConfig, support: HostSupport) -> tuple[str, bool, str]:
     if support.available:
         detail = f"panes are confined ({support.detail}); PANEWARDEN_CONFINE={config.confine}"
         return "confinement", True, detail

@@ -33,7 +33,7 @@ from protocol.agents.table import SPECS
 from protocol.egress import Destination, forwarder_argv, hosts_file
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.confinement.host import HostSupport
-from supervisor.confinement.policy import SandboxPolicy, bwrap_argv, under
+from supervisor.confinement.policy import SandboxPolicy, bwrap_argv, under, worth_hiding
 from supervisor.confinement.secrets import hidden_paths, home_path
 from supervisor.profiles.confinement import ConfineChoice, ConfineSettings
 
@@ -84,6 +84,28 @@ class PaneConfiner:
         self._service_paths = tuple(service_paths)
         self._ctl_socket = ctl_socket
 
+    @property
+    def service_paths(self) -> tuple[str, ...]:
+        """This service's own paths: hidden in every pane and every verification recipe."""
+        return self._service_paths
+
+    def unreadable_file(self) -> str:
+        """The empty mode-0000 file a hidden file is replaced by, made when missing.
+
+        Raises:
+            PanewardenError: ``sandbox_unavailable`` when it cannot be made.
+        """
+        try:
+            if not self._unreadable.exists():
+                fd = os.open(self._unreadable, os.O_CREAT | os.O_WRONLY, 0o000)
+                os.close(fd)
+                os.chmod(self._unreadable, 0o000)
+        except OSError as exc:
+            raise PanewardenError(
+                ErrorCode.SANDBOX_UNAVAILABLE, f"cannot make the sandbox's stand-in file: {exc}"
+            ) from None
+        return str(self._unreadable)
+
     def confined(self, settings: ConfineSettings, *, required: bool = False) -> bool:
         """Whether a pane of ``settings`` runs confined here.
 
@@ -124,6 +146,7 @@ class PaneConfiner:
         bwrap = self.support.bwrap
         assert bwrap is not None, "build() only after confined() said yes"
         home = env.get("HOME") or "/"
+        unreadable = self.unreadable_file()
         pane_dir = self._pane_dir(name)
         writable = _home_writable(agent, home)
         for index, entry in enumerate(settings.writable):
@@ -146,11 +169,7 @@ class PaneConfiner:
             for path in other_cwds
             if path != cwd and under(path, writable) and os.path.isdir(path)
         ]
-        hidden = [
-            path
-            for path in hidden_paths(home, settings.hide, self._service_paths)
-            if not under(path, ["/tmp"]) or under(path, shown)
-        ]
+        hidden = worth_hiding(hidden_paths(home, settings.hide, self._service_paths), shown)
         sockets: list[tuple[str, str]] = []
         overrides = {"TMPDIR": "/tmp"}
         if self._ctl_socket is not None and os.path.exists(self._ctl_socket):
@@ -175,9 +194,9 @@ class PaneConfiner:
             visible=tuple(dict.fromkeys(visible)),
             writable=tuple(dict.fromkeys(writable)),
             read_only=tuple(dict.fromkeys(read_only)),
-            hidden=tuple(hidden),
+            hidden=hidden,
             sockets=tuple(sockets),
-            unreadable_file=str(self._unreadable),
+            unreadable_file=unreadable,
             env=overrides,
             tmp_dirs=(INSIDE_DIR,),
             files=tuple(extra_ro),
@@ -197,10 +216,6 @@ class PaneConfiner:
     def _pane_dir(self, name: str) -> str:
         try:
             self._panes_dir.mkdir(mode=0o700, exist_ok=True)
-            if not self._unreadable.exists():
-                fd = os.open(self._unreadable, os.O_CREAT | os.O_WRONLY, 0o000)
-                os.close(fd)
-                os.chmod(self._unreadable, 0o000)
             path = self._panes_dir / name
             shutil.rmtree(path, ignore_errors=True)  # a crashed service's leftover
             path.mkdir(mode=0o700)

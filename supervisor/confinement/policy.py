@@ -91,7 +91,14 @@ def hidden_mounts(paths: Sequence[str], unreadable_file: str) -> list[str]:
 def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[str]:
     """The full command that runs ``argv`` under ``policy``."""
     args = [bwrap, "--die-with-parent", "--cap-drop", "ALL"]
-    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    # A user namespace even where bwrap is setuid (an unprivileged bwrap always makes one).
+    args += [
+        "--unshare-user-try",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]
     if policy.network != "host":
         args.append("--unshare-net")
     if policy.new_session:
@@ -121,6 +128,12 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
     # gets them back.
     signals = [ENV_PROGRAM, f"--default-signal={TERMINAL_SIGNALS}", "--"]
     return [*args, *policy.launcher, *signals, *argv]
+
+
+def worth_hiding(paths: Sequence[str], shown: Sequence[str]) -> tuple[str, ...]:
+    """``paths`` but those under the private ``/tmp`` that are not bound again there
+    (``shown``): the tmpfs hides those already."""
+    return tuple(path for path in paths if not under(path, ["/tmp"]) or under(path, shown))
 
 
 def under(path: str, roots: Sequence[str]) -> bool:

@@ -22,4 +22,6 @@ class LaneService:
         self.reviewers = ReviewerLanes(ctx)
         self.adopted = AdoptedPanes(ctx)
         self.writers = WriterLanes(ctx, self.git)
-        self.verifications = Verifications(ctx, self.git, panes.children.run, environ)
+        self.verifications = Verifications(
+            ctx, self.git, panes.children.run, environ, panes.confiner
+        )

@@ -7,7 +7,8 @@ and needs no controller. The caller may pass the HEAD and status digest it expec
 
 ``verify`` runs one recipe from the repository's recipes file *as it is at the lane's
 accepted base commit* (:mod:`supervisor.lanes.recipes`) in the sandbox
-(:mod:`supervisor.lanes.sandbox`). Admission is checked under the controller and writer
+(:mod:`supervisor.lanes.sandbox`: the panes' builder, the service's own paths and the
+user's keys hidden). Admission is checked under the controller and writer
 locks (the fence, the lane's lease is this controller's and ``active`` or ``released``,
 its pane is not working or blocked, no other verification of the lane is running);
 the run itself holds no lock. The worktree digest must equal
@@ -30,6 +31,8 @@ from typing import Any
 import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
+from supervisor.confinement.pane import PaneConfiner
+from supervisor.confinement.policy import bwrap_argv
 from supervisor.control.context import ControlContext
 from supervisor.control.controllers import Credentials
 from supervisor.control.fences import new_id
@@ -64,12 +67,16 @@ class Verifications:
         git: Git,
         runner: ChildRunner,
         environ: Mapping[str, str],
+        confiner: PaneConfiner,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``confiner``: the panes' one, for its host check (made at service start), the
+        service's paths it hides and its unreadable stand-in file."""
         self._ctx = ctx
         self._git = git
         self._runner = runner
         self._environ = environ
+        self._confiner = confiner
         self._clock = clock
         # Lanes with a verification under way: one at a time per lane.
         self._running: set[str] = set()
@@ -165,9 +172,13 @@ class Verifications:
         req: VerifyRequest,
     ) -> VerificationRecord:
         recipe = await recipe_at_base(self._git, terms.worktree, terms.base_commit, req.recipe)
-        bwrap, why = await sandbox.probe(self._runner, self._environ)
+        # The host check made at service start, the one that decides whether panes are
+        # confined: one answer to "can this host build the sandbox".
+        support = self._confiner.support
+        bwrap = support.bwrap
         if bwrap is None:
-            raise PanewardenError(ErrorCode.SANDBOX_UNAVAILABLE, why)
+            raise PanewardenError(ErrorCode.SANDBOX_UNAVAILABLE, support.detail)
+        unreadable = self._confiner.unreadable_file()
         started = self._clock()
         record = VerificationRecord(
             version=RECORD_VERSION,
@@ -198,14 +209,16 @@ class Verifications:
             ctl = self._ctx.authority.check(identity, creds)
             left_s = ctl.expires_at - self._clock()
         limit_s = min(recipe.timeout_s, req.timeout_s or recipe.timeout_s, left_s)
+        policy = sandbox.recipe_policy(
+            worktree=terms.worktree,
+            read_only=[terms.repository],
+            writable=writable,
+            home=self._environ.get("HOME") or "/",
+            service_paths=self._confiner.service_paths,
+            unreadable_file=unreadable,
+        )
         result = await self._runner(
-            sandbox.sandbox_argv(
-                bwrap,
-                worktree=terms.worktree,
-                read_only=[terms.repository],
-                writable=writable,
-                argv=recipe.argv,
-            ),
+            bwrap_argv(bwrap, policy, recipe.argv),
             cwd="/",
             env={"PATH": sandbox.SANDBOX_PATH},
             timeout_s=max(limit_s, 0.001),
