@@ -50,7 +50,10 @@ async def _tour(client: Client) -> int:
     _say("tools offered", ", ".join(t.name for t in tools.tools))
     started = await _call(client, "start_pane", {"name": "tour", "profile": "demo"})
     pane = started["pane"]
-    _say("start_pane demo", {k: pane[k] for k in ("name", "pid", "worker_pid", "lifecycle", "confined")})
+    _say(
+        "start_pane demo",
+        {k: pane[k] for k in ("name", "pid", "worker_pid", "lifecycle", "confined")},
+    )
     idle = await _call(
         client, "wait_status", {"name": "tour", "until": ["idle"], "timeout_s": STEP_TIMEOUT_S}
     )
