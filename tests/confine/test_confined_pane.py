@@ -9,6 +9,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -22,8 +23,9 @@ import psutil
 import pytest
 from mcp.client.client import Client
 
+from protocol.timing import ORPHAN_AFTER_S
 from tests.conftest import REPO, Tools, stdio_params
-from tests.faults import supervisor_of
+from tests.faults import CLIENT_GONE, supervisor_of
 from tests.polling import apoll
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -283,3 +285,85 @@ async def test_a_network_list_reaches_its_one_destination_and_nothing_else(
             await tools.call("remove_pane", name="p")
     finally:
         other.close()
+
+
+TERM_PROBE = REPO / "tests" / "confine" / "term_probe.py"
+
+
+async def test_a_confined_program_keeps_its_terminal_and_gets_its_own_ctrl_c(
+    host: Host,
+) -> None:
+    profiles = {
+        "profiles": [
+            {
+                "name": "term",
+                "argv": [sys.executable, str(TERM_PROBE)],
+                "cwds": [str(host.work)],
+                "confine": True,
+                "cols": 100,
+                "rows": 30,
+            }
+        ]
+    }
+    (host.base / "profiles.json").write_text(json.dumps(profiles))
+    async with Client(stdio_params(host.state, **host.env())) as client:
+        tools = Tools(client)
+        await tools.call("start_pane", name="t", profile="term")
+        idle = await tools.wait("t", until=["idle"])
+        assert idle["source"] == "osc7501", idle
+        screen = (await tools.call("read_output", name="t"))["text"]
+        for line in ("size 30 100", "tty writable", "foreground yes", "query answered"):
+            assert line in screen, screen
+        await tools.call("interrupt_pane", name="t")
+        got = await tools.call("wait_output", name="t", pattern="got INT", timeout_s=10)
+        assert got["matched"], screen
+        # ^C reached the program only: the sandbox around it is still there.
+        assert (await tools.call("get_status", name="t"))["lifecycle"] == "running"
+        await tools.call("interrupt_pane", name="t")
+        screen = (await tools.call("read_output", name="t"))["text"]
+        assert (await tools.call("get_status", name="t"))["lifecycle"] == "running", screen
+        await tools.call("remove_pane", name="t")
+
+
+async def _confined_daemon(tools: Tools, host: Host, marker: str) -> dict[str, Any]:
+    """A confined probe pane that double-forked a setsid daemon; the pane's PaneInfo."""
+    await _probe(tools, host, "probe", {"daemon": ["daemon", marker]})
+    assert await apoll(lambda: bool(_marked(marker)), 10), "no daemon"
+    panes = (await tools.call("list_panes"))["panes"]
+    assert [p["confined"] for p in panes] == [True]
+    return dict(panes[0])
+
+
+async def test_a_sigkilled_worker_takes_its_whole_sandbox_with_it(host: Host) -> None:
+    marker = f"--pw-daemon-{secrets.token_hex(4)}"
+    async with Client(stdio_params(host.state, **host.env())) as client:
+        tools = Tools(client)
+        pane = await _confined_daemon(tools, host, marker)
+        os.kill(pane["worker_pid"], signal.SIGKILL)
+        lost = await tools.wait("p", until=["lost", "exited"], timeout_s=30)
+        assert lost["lifecycle"] == "lost", lost
+        # bwrap dies with its worker (--die-with-parent), the PID namespace with it.
+        assert await apoll(lambda: not _marked(marker), 15), "the daemon outlived its worker"
+        assert not psutil.pid_exists(pane["pid"]) or psutil.Process(pane["pid"]).status() == (
+            psutil.STATUS_ZOMBIE
+        )
+
+
+async def test_a_sigkilled_supervisor_leaves_no_process_of_a_confined_pane(host: Host) -> None:
+    marker = f"--pw-daemon-{secrets.token_hex(4)}"
+    env = host.env(PANEWARDEN_ORPHAN_GRACE_S="1")
+    client = Client(stdio_params(host.state, **env))
+    pane: dict[str, Any] = {}
+    try:
+        async with client:
+            tools = Tools(client)
+            pane = await _confined_daemon(tools, host, marker)
+            supervisor = supervisor_of(pane["worker_pid"])
+            assert supervisor is not None
+            os.kill(supervisor, signal.SIGKILL)
+    except* CLIENT_GONE:
+        pass  # leaving the client of a dead server
+    # The orphaned worker waits out the silence and the grace, then kills its tree.
+    within = ORPHAN_AFTER_S + 1 + 15
+    assert await apoll(lambda: not _marked(marker), within), "the daemon outlived the service"
+    assert await apoll(lambda: not psutil.pid_exists(pane["worker_pid"]), 10)

@@ -20,8 +20,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from tests.conftest import REPO, Tools, service_env
-from tests.faults import key_of, ppid, sigkill_all
-from tests.faults.test_supervisor_kill import CLIENT_GONE
+from tests.faults import CLIENT_GONE, key_of, ppid, sigkill_all
 from tests.polling import apoll, poll
 
 pytestmark = pytest.mark.anyio

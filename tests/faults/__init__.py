@@ -21,8 +21,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import anyio
+from mcp.shared.exceptions import MCPError
+
 ProcKey = tuple[int, int]
 """(pid, start time in clock ticks): one process, never a later one reusing its pid."""
+
+# What leaving the client of a server that died under it may raise.
+CLIENT_GONE = (MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError)
 
 
 def seeded_rng(test: str) -> tuple[random.Random, int]:

@@ -13,17 +13,13 @@ import os
 import signal
 from pathlib import Path
 
-import anyio
 import pytest
 from mcp import Client
-from mcp.shared.exceptions import MCPError
 
 from tests.conftest import Tools, stdio_params
-from tests.faults import Marks, key_of, sigkill_all, supervisor_of
+from tests.faults import CLIENT_GONE, Marks, key_of, sigkill_all, supervisor_of
 
 pytestmark = pytest.mark.anyio
-
-CLIENT_GONE = (MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError)
 
 
 async def test_a_wait_after_a_cursor_from_before_a_restart_misses_nothing(

@@ -18,13 +18,12 @@ import os
 import signal
 from pathlib import Path
 
-import anyio
 import pytest
 from mcp import Client
-from mcp.shared.exceptions import MCPError
 
 from tests.conftest import Tools, stdio_params
 from tests.faults import (
+    CLIENT_GONE,
     Marks,
     ProcKey,
     describe,
@@ -41,7 +40,6 @@ pytestmark = pytest.mark.anyio
 # ms of a 250 ms period): three make a pass with the leak present very unlikely.
 ATTEMPTS = 3
 GONE_WITHIN_S = 5.0
-CLIENT_GONE = (MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError)
 
 
 async def test_a_readopted_workers_fresh_grandchild_dies_with_its_pane(

@@ -19,6 +19,7 @@ from mcp import Client
 
 from tests.conftest import Tools, stdio_params
 from tests.faults import (
+    CLIENT_GONE,
     Marks,
     ProcKey,
     describe,
@@ -27,7 +28,6 @@ from tests.faults import (
     supervisor_of,
     survivors,
 )
-from tests.faults.test_supervisor_kill import CLIENT_GONE
 from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio

@@ -23,11 +23,11 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
-from mcp.shared.exceptions import MCPError
 
 from protocol.timing import HEARTBEAT_S, ORPHAN_AFTER_S
 from tests.conftest import REPO, Tools, service_env, stdio_params
 from tests.faults import (
+    CLIENT_GONE,
     Marks,
     ProcKey,
     describe,
@@ -50,7 +50,6 @@ MAX_DELAY_S = 0.6
 ROUNDS = 2
 PANES = ("idle", "spawner", "busy")
 # What calls on, and leaving, the client of a SIGKILLed server raise.
-CLIENT_GONE = (MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError)
 
 
 async def _start(tools: Tools, marks: Marks, name: str, i: int) -> dict[str, Any]:

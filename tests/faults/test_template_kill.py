@@ -23,6 +23,7 @@ from mcp import Client
 from protocol.timing import HEARTBEAT_S, ORPHAN_AFTER_S
 from tests.conftest import Tools, stdio_params
 from tests.faults import (
+    CLIENT_GONE,
     TEMPLATE_NAME,
     Marks,
     ProcKey,
@@ -37,7 +38,6 @@ from tests.faults import (
     survivors,
     zombie_children,
 )
-from tests.faults.test_supervisor_kill import CLIENT_GONE
 from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio

@@ -15,17 +15,14 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
-from mcp.shared.exceptions import MCPError
 
 from tests.conftest import Tools, stdio_params
-from tests.faults import ProcKey, key_of, sigkill_all, survivors
+from tests.faults import CLIENT_GONE, ProcKey, key_of, sigkill_all, survivors
 from tests.lanes.conftest import AUTHORITY_SHA, Lanes, profiles_file
 from tests.lanes.gitrepo import Repo
 from tests.polling import apoll
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
-
-CLIENT_GONE = (MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError)
 
 
 def _writer_records(state_dir: Path) -> list[dict[str, Any]]:
