@@ -68,7 +68,15 @@ def _daemon(marker: str) -> object:
     return "started"
 
 
+def _run(argv_json: str) -> object:
+    import subprocess
+
+    done = subprocess.run(json.loads(argv_json), capture_output=True, text=True, timeout=60)
+    return f"rc={done.returncode} {done.stdout.strip()[:400]} {done.stderr.strip()[:200]}"
+
+
 ACTIONS: dict[str, Callable[[str], object]] = {
+    "run": _run,
     "read": _read,
     "list": _list,
     "write": _write,

@@ -367,3 +367,34 @@ async def test_a_sigkilled_supervisor_leaves_no_process_of_a_confined_pane(host:
     within = ORPHAN_AFTER_S + 1 + 15
     assert await apoll(lambda: not _marked(marker), within), "the daemon outlived the service"
     assert await apoll(lambda: not psutil.pid_exists(pane["worker_pid"]), 10)
+
+
+async def test_panewarden_ctl_works_from_inside_a_confined_pane(host: Host) -> None:
+    ctl = [sys.executable, "-m", "supervisor", "ctl", "--json"]
+    acquire = [
+        *ctl,
+        "acquire",
+        "--controller-id",
+        "boxed",
+        "--authority-ref",
+        "confined",
+        "--authority-sha256",
+        "0" * 64,
+    ]
+    async with Client(stdio_params(host.state, **host.env())) as client:
+        tools = Tools(client)
+        seen = await _probe(
+            tools,
+            host,
+            "probe",
+            {
+                "acquire": ["run", json.dumps(acquire)],
+                "status": ["run", json.dumps([*ctl, "status"])],
+            },
+        )
+        assert seen["acquire"].startswith("ok:rc=0 "), seen
+        assert seen["status"].startswith("ok:rc=0 "), seen
+        # Attested as its own pane through the PID namespace: the lease is the pane's.
+        controllers = (await tools.call("controller_list"))["leases"]
+        assert [c["controller_id"] for c in controllers] == ["boxed"], controllers
+        await tools.call("remove_pane", name="p")
