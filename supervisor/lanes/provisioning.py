@@ -4,8 +4,8 @@ Reviewer and writer starts admit under the store locks, record a ``provisioning`
 and claim it, then start the pane without the locks: the claim holds the name (and a
 writer's scopes), and nothing else changes the lease meanwhile. The lease records the
 pane instance as soon as the worker is spawned, becomes ``active`` once the pane is
-ready (recording whether it runs confined), or ``failed_closed`` with the reason (``cancelled`` when the call was cancelled);
-the claim is released either way.
+ready (recording whether it runs confined), or ``failed_closed`` with the reason
+(``cancelled`` when the call was cancelled); the claim is released either way.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ their owned scopes; and a worktree where a pane already runs. Only then is a
 ``provisioning`` lease written with the evidence, the pane started in the worktree
 already tagged with the lease — confined, writing only its owned scopes and its own
 branch (:mod:`supervisor.lanes.grants`), unless the profiles file says
-``allow_unconfined_writers`` — and the lease made ``active`` (``confined`` recorded). A failed start leaves
-``failed_closed`` and no pane; a supervisor killed mid-start leaves the lease retained,
-blocking conflicting writers until ``lease_reconcile`` ends it.
+``allow_unconfined_writers`` — and the lease made ``active`` (``confined`` recorded).
+A failed start leaves ``failed_closed`` and no pane; a supervisor killed mid-start
+leaves the lease retained, blocking conflicting writers until ``lease_reconcile`` ends it.
 
 ``release`` re-reads Git (HEAD and status digest must be the expected ones, else
 ``git_precondition`` and the pane is untouched), then captures and closes the pane in
