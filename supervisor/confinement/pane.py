@@ -47,9 +47,11 @@ UNREADABLE_NAME = "unreadable"
 class LaneGrant:
     """What a lane changes in its pane's sandbox: a reviewer's worktree is read-only; a
     writer's is read-only but for ``writable`` (its scopes, the Git paths a commit on its
-    own branch writes), with ``read_only`` bound again inside those."""
+    own branch writes), with ``read_only`` bound again inside those. ``visible``: paths
+    it must see read-only even under ``/tmp`` (a worktree's Git common dir)."""
 
     cwd_writable: bool = True
+    visible: tuple[str, ...] = ()
     writable: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
 
@@ -158,7 +160,7 @@ class PaneConfiner:
             writable.append(path)
         cwd_binds = [cwd] if grant.cwd_writable else []
         writable = [*cwd_binds, *grant.writable, *writable]
-        candidates = (home, cwd, *_install_paths(), *_argv_paths(argv))
+        candidates = (home, cwd, *grant.visible, *_install_paths(), *_argv_paths(argv))
         visible = [path for path in candidates if under(path, ["/tmp"])]
         if not grant.cwd_writable and cwd not in visible:
             visible.append(cwd)

@@ -120,6 +120,9 @@ class PaneLease(msgspec.Struct, forbid_unknown_fields=True):
     capture_sha256: str | None = None
     failure: str | None = None
     writer: WriterTerms | None = None
+    # Its pane runs in a sandbox (set when it turns active). Records from before panes
+    # were confined load as False, which they were.
+    confined: bool = False
 
 
 class SettledStatus(msgspec.Struct, forbid_unknown_fields=True):

@@ -4,8 +4,8 @@ Reviewer and writer starts admit under the store locks, record a ``provisioning`
 and claim it, then start the pane without the locks: the claim holds the name (and a
 writer's scopes), and nothing else changes the lease meanwhile. The lease records the
 pane instance as soon as the worker is spawned, becomes ``active`` once the pane is
-ready, or ``failed_closed`` with the reason (``cancelled`` when the call was cancelled);
-the claim is released either way.
+ready (recording whether it runs confined), or ``failed_closed`` with the reason
+(``cancelled`` when the call was cancelled); the claim is released either way.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ async def start_leased_pane(ctx: ControlContext, lease: PaneLease, launch: Launc
 
     try:
         pane = await launch(tag, spawned)
-        return ctx.leases.save(lease, state="active", instance=pane.handle.instance)
+        return ctx.leases.save(
+            lease, state="active", instance=pane.handle.instance, confined=pane.confined
+        )
     except PanewardenError as exc:
         ctx.leases.save(lease, state="failed_closed", failure=exc.code.value)
         raise

@@ -22,6 +22,7 @@ from supervisor.control.controllers import Credentials
 from supervisor.control.fences import new_id
 from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease
 from supervisor.lanes.closing import BUSY_STATES, CloseJob, begin_close, finish_close
+from supervisor.lanes.grants import REVIEWER_GRANT
 from supervisor.lanes.provisioning import OnSpawn, start_leased_pane
 from supervisor.panes.pane import LeaseTag, Pane
 
@@ -86,8 +87,16 @@ class ReviewerLanes:
 
         async def launch(tag: LeaseTag, on_spawn: OnSpawn) -> Pane:
             extra = self._model_args(profile, model, effort)
+            # Confined (as its profile or PANEWARDEN_CONFINE says), it writes nothing in
+            # the directory it reviews.
             return await self._ctx.lifecycle.start_pane(
-                name, profile, cwd=cwd, extra_args=extra, lease=tag, on_spawn=on_spawn
+                name,
+                profile,
+                cwd=cwd,
+                extra_args=extra,
+                lease=tag,
+                on_spawn=on_spawn,
+                grant=REVIEWER_GRANT,
             )
 
         return await start_leased_pane(self._ctx, lease, launch)

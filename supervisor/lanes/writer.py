@@ -15,9 +15,11 @@ writer lease of the same repository (same git common dir): the same branch or wo
 an owned scope overlapping their owned or locked scopes, or a locked scope overlapping
 their owned scopes; and a worktree where a pane already runs. Only then is a
 ``provisioning`` lease written with the evidence, the pane started in the worktree
-already tagged with the lease, and the lease made ``active``. A failed start leaves
-``failed_closed`` and no pane; a supervisor killed mid-start leaves the lease retained,
-blocking conflicting writers until ``lease_reconcile`` ends it.
+already tagged with the lease — confined, writing only its owned scopes and its own
+branch (:mod:`supervisor.lanes.grants`), unless the profiles file says
+``allow_unconfined_writers`` — and the lease made ``active`` (``confined`` recorded).
+A failed start leaves ``failed_closed`` and no pane; a supervisor killed mid-start
+leaves the lease retained, blocking conflicting writers until ``lease_reconcile`` ends it.
 
 ``release`` re-reads Git (HEAD and status digest must be the expected ones, else
 ``git_precondition`` and the pane is untouched), then captures and closes the pane in
@@ -28,7 +30,9 @@ they are: nothing here writes to Git or to the worktree.
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -40,9 +44,11 @@ from supervisor.control.fences import new_id
 from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease, WriterTerms
 from supervisor.lanes.closing import begin_close, finish_close
 from supervisor.lanes.git import Git
+from supervisor.lanes.grants import writer_grant
 from supervisor.lanes.provisioning import start_leased_pane
 from supervisor.lanes.refs import BRANCH_PREFIX, branch_ref, protected_refs, short_branch
 from supervisor.lanes.scopes import first_overlap, normalise_scopes
+from supervisor.profiles.policy import ProfileSet
 
 # States from which a release may (again) be asked for.
 RELEASABLE = frozenset({"active", "release_failed"})
@@ -98,9 +104,11 @@ def _real_directory(path: str) -> str:
 class WriterLanes:
     """writer_start, writer_list, writer_release."""
 
-    def __init__(self, ctx: ControlContext, git: Git) -> None:
+    def __init__(self, ctx: ControlContext, git: Git, profiles: Callable[[], ProfileSet]) -> None:
         self._ctx = ctx
         self._git = git
+        # The profiles in force (a reload replaces them): allow_unconfined_writers.
+        self._profiles = profiles
 
     def leases(self) -> list[PaneLease]:
         """Every writer lease, oldest first."""
@@ -122,8 +130,11 @@ class WriterLanes:
             raise PanewardenError(ErrorCode.INVALID_ARGUMENT, "worktree must be an absolute path")
         async with self._ctx.stores.locks.hold("controller", "writer"):
             self._ctx.authority.check(identity, creds)
-            terms = await self._admit(req, owned, locked)
+            terms, git_dir = await self._admit(req, owned, locked)
             self._check_conflicts(terms, req.name)
+            grant = await asyncio.to_thread(
+                writer_grant, terms.worktree, git_dir, terms.repository, terms.branch, owned
+            )
             # Again after reading Git: the lease must still be live for the write.
             ctl = self._ctx.authority.check(identity, creds)
             now = self._ctx.leases.now()
@@ -147,16 +158,28 @@ class WriterLanes:
             # lease that blocks every conflicting writer until it is reconciled.
             self._ctx.stores.pane_leases["writer"].save(lease.lease_id, lease)
             self._ctx.leases.claim(lease)
+        # A writer's pane is confined (its scopes and its own branch are all it may
+        # write) unless the profiles file allows otherwise.
+        required = not self._profiles().allow_unconfined_writers
         return await start_leased_pane(
             self._ctx,
             lease,
             lambda tag, on_spawn: self._ctx.lifecycle.start_pane(
-                req.name, req.profile, cwd=terms.worktree, lease=tag, on_spawn=on_spawn
+                req.name,
+                req.profile,
+                cwd=terms.worktree,
+                lease=tag,
+                on_spawn=on_spawn,
+                grant=grant,
+                require_confined=required,
             ),
         )
 
-    async def _admit(self, req: WriterRequest, owned: list[str], locked: list[str]) -> WriterTerms:
-        """Read Git and check the evidence; the terms to record."""
+    async def _admit(
+        self, req: WriterRequest, owned: list[str], locked: list[str]
+    ) -> tuple[WriterTerms, str]:
+        """Read Git and check the evidence; the terms to record and the worktree's git
+        dir (its admin dir under the common dir)."""
         worktree = _real_directory(req.worktree)
         layout = await self._git.layout(worktree)
         if layout.toplevel != worktree:
@@ -188,7 +211,7 @@ class WriterLanes:
                 "the SHA-256 of `git status --porcelain=v1 --untracked-files=all` is "
                 f"{status.sha256}, not the expected one"
             )
-        return WriterTerms(
+        terms = WriterTerms(
             repository=layout.common_dir,
             worktree=worktree,
             branch=branch,
@@ -200,6 +223,7 @@ class WriterLanes:
             protected_branches=list(req.protected_branches),
             ticket_ref=req.ticket_ref,
         )
+        return terms, layout.git_dir
 
     def _check_conflicts(self, terms: WriterTerms, name: str) -> None:
         for lease in self.leases():

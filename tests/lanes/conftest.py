@@ -22,10 +22,10 @@ AUTHORITY_SHA = hashlib.sha256(b"ticket 10 accepted").hexdigest()
 CHECKPOINT_SHA = hashlib.sha256(b"checkpoint").hexdigest()
 
 
-def profiles_file(tmp: Path) -> Path:
+def profiles_file(tmp: Path, **top: Any) -> Path:
     """``demo`` anywhere; ``editor`` (the demo agent that edits files) below ``tmp``;
     ``scripted`` (tests/control/scripted_agent.py: a late turn start, a late-drawn reply)
-    anywhere."""
+    anywhere. ``top``: more top-level fields (``allow_unconfined_writers``)."""
     agent = [sys.executable, "-m", "supervisor.demo.agent"]
     path = tmp / "profiles.json"
     profiles = [
@@ -38,7 +38,7 @@ def profiles_file(tmp: Path) -> Path:
             "cwds": ["/"],
         },
     ]
-    path.write_text(json.dumps({"profiles": profiles}))
+    path.write_text(json.dumps({"profiles": profiles, **top}))
     return path
 
 

@@ -182,14 +182,15 @@ async def test_a_worktree_changed_during_the_run_is_invalidated(lanes: Lanes) ->
 def _sandbox_running(wt: Path) -> bool:
     for proc in psutil.process_iter(["name", "cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        if proc.info["name"] == "bwrap" and str(wt) in cmdline:
+        # A recipe's sandbox (its own session), not the writer pane's (also bwrap, in wt).
+        if proc.info["name"] == "bwrap" and str(wt) in cmdline and "--new-session" in cmdline:
             return True
     return False
 
 
 @pytest.fixture
 async def lanes_without_bwrap(tmp_path: Path, state_dir: Path, repo: Repo) -> AsyncIterator[Lanes]:
-    """A supervisor whose PATH has git but no bwrap."""
+    """A supervisor whose PATH has git but no bwrap (its writers allowed unconfined)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("git",):
@@ -200,7 +201,9 @@ async def lanes_without_bwrap(tmp_path: Path, state_dir: Path, repo: Repo) -> As
         )
         (bin_dir / tool).symlink_to(real)
     params = stdio_params(
-        state_dir, PANEWARDEN_PROFILES=str(profiles_file(tmp_path)), PATH=str(bin_dir)
+        state_dir,
+        PANEWARDEN_PROFILES=str(profiles_file(tmp_path, allow_unconfined_writers=True)),
+        PATH=str(bin_dir),
     )
     params.command = sys.executable
     async with Client(params) as client:

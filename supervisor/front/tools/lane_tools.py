@@ -43,6 +43,7 @@ def pane_lease_info(lease: PaneLease) -> dict[str, Any]:
         "closed_seq": lease.closed_seq,
         "capture_sha256": lease.capture_sha256,
         "failure": lease.failure,
+        "confined": lease.confined,
     }
 
 
