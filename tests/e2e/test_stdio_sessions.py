@@ -56,24 +56,29 @@ async def test_two_stdio_clients_under_one_home_both_work(tmp_path: Path) -> Non
     home.mkdir()
     texts: dict[str, str] = {}
 
-    async def client(tag: str, started: anyio.Event, other_started: anyio.Event) -> None:
+    async def client(
+        tag: str, mine: tuple[anyio.Event, anyio.Event], theirs: tuple[anyio.Event, anyio.Event]
+    ) -> None:
         async with Client(_params(home)) as c:
             tools = Tools(c)
             await tools.call("start_pane", name="same", profile="demo")
             idle = await tools.wait("same", until=["idle"])
-            started.set()
-            await other_started.wait()  # both servers run at once
+            mine[0].set()
+            await theirs[0].wait()  # both servers run at once
             await tools.call("send_input", name="same", text=f"from {tag}")
             await tools.wait("same", after=idle["seq"], until=["done"])
             texts[tag] = (await tools.call("read_output", name="same"))["text"]
             assert len(_sessions(home)) == 2
+            # Neither server stops (and removes its session) before both have looked.
+            mine[1].set()
+            await theirs[1].wait()
             await tools.call("remove_pane", name="same")
 
-    a_started, b_started = anyio.Event(), anyio.Event()
+    a_events, b_events = (anyio.Event(), anyio.Event()), (anyio.Event(), anyio.Event())
     with anyio.fail_after(90):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(client, "a", a_started, b_started)
-            tg.start_soon(client, "b", b_started, a_started)
+            tg.start_soon(client, "a", a_events, b_events)
+            tg.start_soon(client, "b", b_events, a_events)
     assert "reply: from a" in texts["a"] and "from b" not in texts["a"]
     assert "reply: from b" in texts["b"] and "from a" not in texts["b"]
     assert _sessions(home) == []  # each server removed its own session directory

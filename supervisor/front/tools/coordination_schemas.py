@@ -20,7 +20,7 @@ from supervisor.front.tools.arguments import (
     PaneName,
     Timeout,
 )
-from supervisor.front.tools.pane_schemas import PaneStatusResult
+from supervisor.front.tools.pane_schemas import SettledStatusResult
 
 ControllerId = Annotated[
     str,
@@ -162,7 +162,7 @@ class ReceiptResult(TypedDict):
 class CompletedItem(TypedDict):
     receipt: str
     name: str
-    status: PaneStatusResult
+    status: SettledStatusResult
     output: str | None
     # "turn": the output of exactly this turn; "newest": no mark of the turn was left
     # (the newest lines, earlier turns' text may be among them); null with no output.

@@ -94,7 +94,9 @@ class AnswerDialogArgs(Args):
 # ---------------------------------------------------------------- results
 
 
-class PaneStatusResult(TypedDict):
+class SettledStatusResult(TypedDict):
+    """A status as recorded (a receipt's settled one)."""
+
     name: str
     lifecycle: Literal["starting", "running", "exited", "lost"]
     state: Literal["unknown", "idle", "working", "blocked", "done", "error", "cancelled"]
@@ -111,12 +113,12 @@ class LeaseInfo(TypedDict):
     controller_id: str
 
 
-class ConfinedStatusResult(PaneStatusResult):
+class PaneStatusResult(SettledStatusResult):
     # The program runs in a sandbox (docs/operations.md, "Confined panes").
     confined: bool
 
 
-class PaneInfoResult(ConfinedStatusResult):
+class PaneInfoResult(PaneStatusResult):
     profile: str
     agent: str
     cwd: str

@@ -15,10 +15,11 @@ from supervisor.panes.pane import Pane
 from supervisor.panes.service import PaneService
 
 
-def status_dict(name: str, s: PaneStatusFields) -> dict[str, Any]:
+def status_dict(name: str, s: PaneStatusFields, confined: bool) -> dict[str, Any]:
     """PaneStatus as a tool result."""
     return {
         "name": name,
+        "confined": confined,
         "lifecycle": s.lifecycle,
         "state": s.state,
         "kind": s.kind,
@@ -31,13 +32,12 @@ def status_dict(name: str, s: PaneStatusFields) -> dict[str, Any]:
 
 def pane_info(pane: Pane) -> dict[str, Any]:
     """PaneInfo (docs/design.md §7): PaneStatus plus who and where."""
-    return status_dict(pane.name, pane.status) | {
+    return status_dict(pane.name, pane.status, pane.confined) | {
         "profile": pane.profile,
         "agent": pane.agent,
         "cwd": pane.cwd,
         "pid": pane.pid,
         "worker_pid": pane.handle.pid,
-        "confined": pane.confined,
         "started_at": datetime.fromtimestamp(pane.started_at, UTC).isoformat(),
         "lease": None
         if pane.lease is None
@@ -51,6 +51,10 @@ def pane_info(pane: Pane) -> dict[str, Any]:
 
 def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
     """The pane tools, run against ``service``."""
+
+    def _confined(name: str) -> bool:
+        pane = service.registry.panes.get(name)
+        return pane is not None and pane.confined
 
     async def start_pane(a: ts.StartPaneArgs, _ctx: Context) -> dict[str, Any]:
         pane = await service.lifecycle.start_pane(
@@ -82,14 +86,14 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
 
     async def get_status(a: ts.NameArgs, _ctx: Context) -> dict[str, Any]:
         pane = await service.registry.ready(a.name)
-        return status_dict(pane.name, pane.status) | {"confined": pane.confined}
+        return status_dict(pane.name, pane.status, pane.confined)
 
     async def wait_status(a: ts.WaitStatusArgs, ctx: Context) -> dict[str, Any]:
         until = set(a.until) if a.until else SETTLED
         status, timed_out = await with_progress(
             ctx, service.driver.wait_status(a.name, until, a.after_seq, a.timeout_s), a.timeout_s
         )
-        return {"status": status_dict(a.name, status), "timed_out": timed_out}
+        return {"status": status_dict(a.name, status, _confined(a.name)), "timed_out": timed_out}
 
     async def wait_any(a: ts.WaitAnyArgs, ctx: Context) -> dict[str, Any]:
         names = [p.name for p in a.panes]
@@ -103,7 +107,11 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
         if first is None:
             return {"name": None, "status": None, "timed_out": True}
         name, status = first
-        return {"name": name, "status": status_dict(name, status), "timed_out": False}
+        return {
+            "name": name,
+            "status": status_dict(name, status, _confined(name)),
+            "timed_out": False,
+        }
 
     async def wait_output(a: ts.WaitOutputArgs, ctx: Context) -> dict[str, Any]:
         match = await with_progress(
@@ -167,7 +175,7 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
             "whether its program is confined.",
             "read",
             ts.NameArgs,
-            ts.ConfinedStatusResult,
+            ts.PaneStatusResult,
             get_status,
             read_only=True,
             idempotent=True,
