@@ -78,7 +78,6 @@ class ChildRunner(Protocol):
         env: Mapping[str, str],
         timeout_s: float,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
-        stdin_data: bytes | None = None,
     ) -> ChildResult: ...
 
 
