@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,22 @@ class ServiceConfig:
     # PANEWARDEN_CONFINE: whether panes whose profile does not say are confined
     # ("auto": when the host can build the sandbox).
     confine: str = "auto"
+    # PANEWARDEN_NOTIFY: the notifications file (webhooks and commands), if any.
+    notify_path: str | None = None
+    # How notifications name this service: PANEWARDEN_SERVICE_NAME, else host/state dir.
+    service_name: str = "panewarden"
+
+
+def _service_name_env(environ: Mapping[str, str], state_dir: Path) -> str:
+    raw = environ.get("PANEWARDEN_SERVICE_NAME")
+    if raw is None or raw == "":
+        return f"{socket.gethostname()}/{state_dir.name}"
+    if len(raw) > 128 or not raw.isprintable():
+        raise PanewardenError(
+            ErrorCode.CONFIG_INVALID,
+            "PANEWARDEN_SERVICE_NAME must be 1 to 128 printable characters",
+        )
+    return raw
 
 
 def _bounded_float_env(
@@ -182,8 +199,9 @@ def load_config(environ: Mapping[str, str] | None = None) -> ServiceConfig:
     hosts = tuple(
         h.strip() for h in env.get("PANEWARDEN_ALLOWED_HOSTS", "").split(",") if h.strip()
     )
+    state_dir = Path(state).expanduser().absolute()
     return ServiceConfig(
-        state_dir=Path(state).expanduser().absolute(),
+        state_dir=state_dir,
         profiles_path=env.get("PANEWARDEN_PROFILES") or None,
         orphan_grace_s=_bounded_float_env(
             env, "PANEWARDEN_ORPHAN_GRACE_S", DEFAULT_ORPHAN_GRACE_S, 0.1, 86400.0
@@ -212,4 +230,6 @@ def load_config(environ: Mapping[str, str] | None = None) -> ServiceConfig:
         output_overflow=_overflow_env(env),
         confine=_confine_env(env),
         worker_template=_switch_env(env, "PANEWARDEN_WORKER_TEMPLATE", True),
+        notify_path=env.get("PANEWARDEN_NOTIFY") or None,
+        service_name=_service_name_env(env, state_dir),
     )

@@ -31,11 +31,12 @@ SUPERVISOR_ROOMS: dict[str, set[str]] = {
     "panes": {"store", "profiles", "workers", "confinement"},
     "control": {"store", "panes", "profiles"},
     "lanes": {"store", "panes", "profiles", "control", "workers", "confinement"},
-    "front": {"store", "profiles", "auth", "panes", "control", "lanes", "workers"},
+    "notify": set(),
+    "front": {"store", "profiles", "auth", "panes", "control", "lanes", "workers", "notify"},
     "demo": set(),
     "cli": {
         "store", "profiles", "auth", "workers", "panes", "control", "lanes", "front", "demo",
-        "confinement",
+        "confinement", "notify",
     },
 }  # fmt: skip
 

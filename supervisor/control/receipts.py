@@ -7,7 +7,8 @@ written. Only then is the prompt typed (the worker's prompt delivery). The recei
 turns ``pending`` once the pane entered the turn the prompt started — the first status
 after the pre-input cursor with a greater turn — and only then is its id returned. An
 ambiguous delivery leaves it ``reserved``: new prompts stay refused until
-``receipt_abandon``, accepted only once the pane is seen settled.
+``receipt_abandon``, accepted only once the pane is seen settled. ``on_ambiguous``
+listeners (the notifier) hear of each such receipt, with its pane.
 
 Every change of a receipt is a transition of :mod:`supervisor.control.receipt_book`: a
 compare-and-set under the receipts lock. A client's stale one (abandoning a receipt that
@@ -110,6 +111,15 @@ class Handoffs:
         self._ctx = ctx
         self._clock = clock
         self._book = ReceiptBook(ctx.stores, clock)
+        self._ambiguous_listeners: list[Callable[[Pane, Receipt], None]] = []
+
+    def on_ambiguous(self, listener: Callable[[Pane, Receipt], None]) -> None:
+        """Call ``listener`` each time a delivery leaves its receipt ``reserved``."""
+        self._ambiguous_listeners.append(listener)
+
+    def _ambiguous(self, pane: Pane, receipt: Receipt) -> None:
+        for listener in self._ambiguous_listeners:
+            listener(pane, receipt)
 
     # ------------------------------------------------------------ receipts
 
@@ -199,12 +209,14 @@ class Handoffs:
                     exc.code.value,
                     extra={"pane": pane.name},
                 )
+                self._ambiguous(pane, receipt)
             raise
         receipt = await book.service_transition(receipt.receipt_id, "typed", cursor=cursor)
         if receipt.state != "reserved":
             return receipt
         started = await _turn_start(pane, cursor, turn_before, TURN_START_TIMEOUT_S)
         if started is None:
+            self._ambiguous(pane, receipt)
             raise PanewardenError(
                 ErrorCode.DELIVERY_AMBIGUOUS,
                 f"the prompt was taken but pane {pane.name!r} showed no new turn within "

@@ -33,7 +33,7 @@ def build_server(services: Services, access: Access, **server_kwargs: Any) -> MC
     specs = [
         *pane_tool_specs(services.panes),
         *coordination_tool_specs(services.control),
-        *lane_tool_specs(services.control, services.lanes),
+        *lane_tool_specs(services.control, services.lanes, services.notifier.report),
         *writer_tool_specs(services.lanes),
     ]
     tools = [make_tool(spec, access) for spec in specs]

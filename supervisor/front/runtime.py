@@ -3,7 +3,8 @@ signals.
 
 ``serve`` is the one entry used by every transport. SIGTERM and SIGINT stop the
 service gracefully (panes closed unless ``keep_panes``); SIGHUP reloads the
-profiles file atomically (a bad file keeps the old policy and logs why).
+profiles file and the notifications file atomically (a bad file keeps the old one and
+logs why).
 Signal handlers only record; the loop does the work.
 """
 
@@ -24,7 +25,10 @@ from supervisor.front.ctl.attestation import Attestor
 from supervisor.front.ctl.commands import ctl_commands
 from supervisor.front.ctl.server import AuditCall, CtlServer
 from supervisor.front.ctl.wire import CTL_SOCKET_NAME, CTL_SOCKET_VARIABLE
+from supervisor.front.notifications import build_notifier, reload_notify
 from supervisor.lanes.service import LaneService
+from supervisor.notify.config import load_notify
+from supervisor.notify.notifier import Notifier
 from supervisor.panes.service import PaneService, demo_argv
 from supervisor.profiles.policy import ProfileSet, load_profiles
 from supervisor.store.statedir import (
@@ -46,11 +50,13 @@ def load_policy(config: ServiceConfig) -> ProfileSet:
 
 @dataclass(frozen=True)
 class Services:
-    """The running service's cores: the panes, and the authority over them."""
+    """The running service's cores: the panes, the authority over them, and who is told
+    of their events."""
 
     panes: PaneService
     control: ControlService
     lanes: LaneService
+    notifier: Notifier
 
 
 @asynccontextmanager
@@ -66,6 +72,7 @@ async def running_service(
     lock.acquire()
     try:
         profiles = load_policy(config)
+        notify_settings = load_notify(config.notify_path)
         sock_path = runtime_socket_path(state, dict(config.environ))
         ensure_private_dir(sock_path.parent.parent)
         ensure_private_dir(sock_path.parent)
@@ -84,6 +91,8 @@ async def running_service(
         await service.start()
         control = ControlService(config, service)
         await control.start()
+        notifier = build_notifier(config, notify_settings, control)
+        await notifier.start()
         lanes = LaneService(control)
         ctl = CtlServer(
             ctl_path, Attestor(service.registry).identify, ctl_commands(control, lanes), audit
@@ -91,13 +100,14 @@ async def running_service(
         try:
             await ctl.start()
             atomic_write(run_dir / "ctl", f"{ctl_path}\n".encode())
-            yield Services(service, control, lanes)
+            yield Services(service, control, lanes, notifier)
         finally:
             try:
                 # First: no ctl call may start or wait on a pane that is being closed.
                 (run_dir / "ctl").unlink(missing_ok=True)
                 await ctl.stop()
                 await service.stop(keep_panes=keep_panes)
+                await notifier.stop()
             finally:
                 _release_stop_signals()
             sock_path.unlink(missing_ok=True)
@@ -130,8 +140,10 @@ async def serve_until_signalled(
     serve: Callable[[], Awaitable[None]],
     on_reload: Callable[[], None] | None = None,
     on_stop: Callable[[], None] | None = None,
+    notifier: Notifier | None = None,
 ) -> None:
-    """Run ``serve`` until it returns or SIGTERM/SIGINT arrives; SIGHUP reloads.
+    """Run ``serve`` until it returns or SIGTERM/SIGINT arrives; SIGHUP reloads (the
+    profiles, and ``notifier``'s file).
 
     A stop signal calls ``on_stop`` (which must make ``serve`` return soon), or cancels
     ``serve`` when there is none. Stop signals stay handled (logged and ignored) after
@@ -149,8 +161,15 @@ async def serve_until_signalled(
         else:
             task.cancel()
 
+    reloads: set[asyncio.Task[bool]] = set()
+
     def reload() -> None:
         reload_profiles(service, config)
+        if notifier is not None:
+            # Its old senders are awaited while they stop: a task, kept until it ends.
+            job = loop.create_task(reload_notify(notifier, config), name="notify-reload")
+            reloads.add(job)
+            job.add_done_callback(reloads.discard)
         if on_reload is not None:
             on_reload()
 

@@ -17,7 +17,10 @@ can never both get in, whichever comes first.
 
 Worker events reach panes here and only here: the registry is the single writer of
 every pane's status (``Pane.observe`` for the worker's records, ``Pane.mark_lost``
-when the worker died).
+when the worker died). So status listeners (``on_status_change``: the notifier) are
+called here, once per new record, with the record before it; a pane's first record in
+this supervisor (a fresh worker's Hello, or a re-adopted one's) is a baseline, not a
+change, and a pane being removed reports nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +32,15 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from protocol.errors import ErrorCode, PanewardenError
-from protocol.messages import Descendants, Exited, Hello, OutputMatch, Status, ToSupervisor
+from protocol.messages import (
+    Descendants,
+    Exited,
+    Hello,
+    OutputMatch,
+    PaneStatusFields,
+    Status,
+    ToSupervisor,
+)
 from supervisor.panes.pane import Pane
 from supervisor.procfs import process_parent_and_start
 from supervisor.workers.manager import WorkerHandle
@@ -40,6 +51,8 @@ log = logging.getLogger(__name__)
 ADOPTION_WAIT_S = 8.0
 
 OutputSink = Callable[[OutputMatch], None]
+# (pane, the record before, the new record): called after the pane took the new one.
+StatusListener = Callable[[Pane, PaneStatusFields, PaneStatusFields], None]
 # (directory, lease id) pairs: directories only that lease's pane may run in.
 ExclusiveDirs = Callable[[], Iterable[tuple[str, str]]]
 
@@ -65,6 +78,7 @@ class PaneRegistry:
         self._exclusive: ExclusiveDirs = _no_exclusive_dirs
         self._adopting: dict[str, asyncio.Task[None]] = {}
         self._output_sinks: list[OutputSink] = []
+        self._status_listeners: list[StatusListener] = []
 
     # ------------------------------------------------------------ names
 
@@ -193,6 +207,21 @@ class PaneRegistry:
         """Call ``sink`` with every ``OutputMatch`` a worker pushes."""
         self._output_sinks.append(sink)
 
+    def on_status_change(self, listener: StatusListener) -> None:
+        """Call ``listener`` with every new status record of a pane (see the module doc)."""
+        self._status_listeners.append(listener)
+
+    def _observed(self, pane: Pane, before: PaneStatusFields, had_history: bool) -> None:
+        after = pane.status
+        if after is before or not had_history or pane.closing or pane.removed:
+            return
+        for listener in self._status_listeners:
+            try:
+                listener(pane, before, after)
+            except Exception:
+                # A listener's fault must not stop a status from reaching its pane.
+                log.exception("status listener failed", extra={"pane": pane.name})
+
     def on_worker_event(self, handle: WorkerHandle, msg: ToSupervisor) -> None:
         """Route one pushed frame of a proven worker (Hello included) to its pane."""
         pane = self._by_instance.get(handle.instance)
@@ -203,11 +232,15 @@ class PaneRegistry:
                         # Taken once: a later Hello may come after the program was reaped.
                         pane.pid_start_ticks = child_start_ticks(child_pid, handle.pid)
                     pane.pid = child_pid
+                    before, had_history = pane.status, bool(pane.history)
                     pane.observe_history(history)
                     pane.observe(status)
+                    self._observed(pane, before, had_history)
             case Status(status=status):
                 if pane is not None:
+                    before, had_history = pane.status, bool(pane.history)
                     pane.observe(status)
+                    self._observed(pane, before, had_history)
             case Descendants(procs=procs, session_id=session_id):
                 handle.descendants = frozenset((int(p), int(t)) for p, t in procs)
                 handle.session_id = session_id
@@ -238,7 +271,9 @@ class PaneRegistry:
             killed,
             extra={"pane": pane.name, "worker_pid": handle.pid},
         )
+        before, had_history = pane.status, bool(pane.history)
         pane.mark_lost()
+        self._observed(pane, before, had_history)
         return None
 
 

@@ -23,8 +23,9 @@ Outside progress is a new turn the watchdog did not cause. A nudge is sent with
 the nudge's own and keeps the count. Any other new turn (a client's ``send_input``, or a
 jump of more than one turn) resets the count and lifts a give-up. Once the cap is reached
 and the pane is due again, the watchdog gives up on it, logs that once, and waits for
-outside progress. A refusal from ``send_input`` (blocked, not running, turn moved on,
-worker lost) only skips that check.
+outside progress; ``on_give_up`` listeners (the notifier) hear of it then. A refusal
+from ``send_input`` (blocked, not running, turn moved on, worker lost) only skips
+that check.
 
 A pane keeps the watchdog settings its profile had when it started (a SIGHUP reload does
 not change running panes). Nudges and give-ups are logged with ``extra={"pane": name}``;
@@ -128,6 +129,11 @@ class Watchdog:
         self._started = 0
         self._finished = 0
         self._pass_done = asyncio.Event()
+        self._give_up_listeners: list[Callable[[Pane], None]] = []
+
+    def on_give_up(self, listener: Callable[[Pane], None]) -> None:
+        """Call ``listener`` with a pane each time the watchdog gives up on it."""
+        self._give_up_listeners.append(listener)
 
     @property
     def period_s(self) -> float:
@@ -230,6 +236,8 @@ class Watchdog:
                     tracked.nudges,
                     extra={"pane": pane.name},
                 )
+                for listener in self._give_up_listeners:
+                    listener(pane)
                 return
             # The todo read yielded to the loop: the pane may have moved on since.
             if not _nudgeable(pane) or pane.status.seq != tracked.seq:

@@ -7,7 +7,9 @@ pid recorded before any await — and stays registered until its exit status has
 collected from its pidfd: a sweep never kills it nor steals its exit code.
 
 Each helper runs in its own session (``start_new_session``), with stdin from
-``/dev/null``. Its stdout and stderr are read without blocking the loop: every byte goes
+``/dev/null`` or, given ``stdin_data``, a pipe holding just those bytes (at most
+``STDIN_LIMIT``, written whole before the fork, so no write can block).
+Its stdout and stderr are read without blocking the loop: every byte goes
 into a streamed SHA-256, and only the first ``output_limit`` bytes are kept. On timeout
 (or when the caller is cancelled) the whole process group is SIGKILLed, only while the
 leader is still unreaped, so the group id cannot name anybody else. Output still held
@@ -40,6 +42,8 @@ EOF_GRACE_S = 2.0
 # After a SIGKILL, how long the leader may take to be reported dead.
 KILL_WAIT_S = 5.0
 READ_CHUNK = 65536
+# What fits a pipe's buffer whatever the kernel's setting: written before the fork.
+STDIN_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ class ManagedChildren:
         env: Mapping[str, str],
         timeout_s: float,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        stdin_data: bytes | None = None,
     ) -> ChildResult:
         """Run ``argv`` to its end (or ``timeout_s``); see the module docstring.
 
@@ -124,7 +129,7 @@ class ManagedChildren:
         """
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        child = self._spawn(loop, argv, cwd, env, output_limit)
+        child = self._spawn(loop, argv, cwd, env, output_limit, stdin_data)
         timed_out = False
         try:
             try:
@@ -178,14 +183,27 @@ class ManagedChildren:
         cwd: str,
         env: Mapping[str, str],
         output_limit: int,
+        stdin_data: bytes | None = None,
     ) -> _Child:
         """Fork and register, with no await in between: a sweep never sees it unmanaged."""
+        stdin: int = subprocess.DEVNULL
+        if stdin_data is not None:
+            if len(stdin_data) > STDIN_LIMIT:
+                raise ValueError(f"stdin_data is over {STDIN_LIMIT} bytes")
+            stdin, writer = os.pipe2(os.O_CLOEXEC)
+            try:
+                os.write(writer, stdin_data)
+            except BaseException:
+                os.close(stdin)
+                raise
+            finally:
+                os.close(writer)
         try:
             proc = subprocess.Popen(
                 list(argv),
                 cwd=cwd,
                 env=dict(env),
-                stdin=subprocess.DEVNULL,
+                stdin=stdin,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
@@ -195,6 +213,9 @@ class ManagedChildren:
             raise PanewardenError(
                 ErrorCode.SPAWN_FAILED, f"cannot run {argv[0]!r}: {exc.strerror or exc}"
             ) from None
+        finally:
+            if stdin_data is not None:
+                os.close(stdin)  # the child has its own copy
         child = _Child(
             proc,
             pidfd=os.pidfd_open(proc.pid),

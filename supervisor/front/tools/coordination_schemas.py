@@ -320,6 +320,27 @@ class StartupInfo(TypedDict):
     kept: list[LeaseChangeInfo]
 
 
+class NotifyTargetFigures(TypedDict):
+    kind: Literal["webhook", "command"]
+    target: str
+    events: list[str]
+    sent: int
+    failed: int
+    dropped: int
+    timeouts: int
+    queued: int
+
+
+class NotificationFigures(TypedDict):
+    targets: int
+    sent: int
+    failed: int
+    dropped: int
+    timeouts: int
+    queued: int
+    by_target: list[NotifyTargetFigures]
+
+
 class ServiceStatusResult(TypedDict):
     version: str
     capabilities: list[str]
@@ -327,3 +348,4 @@ class ServiceStatusResult(TypedDict):
     leased_panes: int
     stores: dict[str, StoreState]
     startup: StartupInfo | None
+    notifications: NotificationFigures | None

@@ -3,6 +3,7 @@ service status tools."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mcp.server.mcpserver import Context
@@ -47,8 +48,13 @@ def pane_lease_info(lease: PaneLease) -> dict[str, Any]:
     }
 
 
-def lane_tool_specs(control: ControlService, lanes: LaneService) -> list[ToolSpec]:
-    """Reviewer and adopted-pane tools, the inventory and the service status."""
+def lane_tool_specs(
+    control: ControlService,
+    lanes: LaneService,
+    notifications: Callable[[], dict[str, Any]] | None = None,
+) -> list[ToolSpec]:
+    """Reviewer and adopted-pane tools, the inventory and the service status
+    (``notifications``: the notifier's figures)."""
     reviewers, adopted, inventory = lanes.reviewers, lanes.adopted, control.inventory
 
     async def reviewer_start(a: cs.ReviewerStartArgs, _ctx: Context) -> dict[str, Any]:
@@ -117,6 +123,7 @@ def lane_tool_specs(control: ControlService, lanes: LaneService) -> list[ToolSpe
             "leased_panes": sum(1 for p in panes if p.lease is not None),
             "stores": control.store_report(),
             "startup": None if control.startup is None else control.startup.as_result(),
+            "notifications": None if notifications is None else notifications(),
         }
 
     lanes_group, coordination = "lanes", "coordination"
@@ -221,7 +228,8 @@ def lane_tool_specs(control: ControlService, lanes: LaneService) -> list[ToolSpe
             "service_status",
             "Version, capabilities, pane counts, each store's lock state "
             "(absent, active, stale, indeterminate) and what the start-up reconciliation "
-            "of retained leases with the re-adopted panes did.",
+            "of retained leases with the re-adopted panes did, and the notifications' figures "
+            "(targets, sent, failed, dropped, timeouts, queued).",
             "read",
             EmptyArgs,
             cs.ServiceStatusResult,

@@ -272,7 +272,13 @@ async def serve_http(
                     raise
 
             try:
-                await serve_until_signalled(service, config, serve, on_reload=reload_clients)
+                await serve_until_signalled(
+                    service,
+                    config,
+                    serve,
+                    on_reload=reload_clients,
+                    notifier=services.notifier,
+                )
             finally:
                 url_file.unlink(missing_ok=True)
         finally:

@@ -45,7 +45,11 @@ async def serve_stdio(config: ServiceConfig, keep_panes: bool) -> None:
         async with running_service(config, keep_panes=keep_panes) as services:
             server = build_server(services, SingleClientAccess("stdio", transport="stdio"))
             await serve_until_signalled(
-                services.panes, config, lambda: run_answering_stdio(server), on_stop=relay.end
+                services.panes,
+                config,
+                lambda: run_answering_stdio(server),
+                on_stop=relay.end,
+                notifier=services.notifier,
             )
     finally:
         relay.end()

@@ -1,0 +1,1 @@
+"""Notifications: webhooks and commands told about pane events (PANEWARDEN_NOTIFY)."""
