@@ -398,3 +398,27 @@ async def test_panewarden_ctl_works_from_inside_a_confined_pane(host: Host) -> N
         controllers = (await tools.call("controller_list"))["leases"]
         assert [c["controller_id"] for c in controllers] == ["boxed"], controllers
         await tools.call("remove_pane", name="p")
+
+
+async def test_another_panes_cwd_inside_a_writable_one_is_read_only(host: Host) -> None:
+    inner = host.work / "inner"
+    inner.mkdir()
+    profiles = json.loads((host.base / "profiles.json").read_text())
+    for profile in profiles["profiles"]:
+        profile["cwds"] = [str(host.work), str(inner)]
+    (host.base / "profiles.json").write_text(json.dumps(profiles))
+    async with Client(stdio_params(host.state, **host.env())) as client:
+        tools = Tools(client)
+        (inner / "checks.json").write_text(json.dumps({}))
+        await tools.call("start_pane", name="inner", profile="probe-host", cwd=str(inner))
+        assert await apoll((inner / "results.json").exists, SETTLE_S)
+        checks = {
+            "own": ["write", str(host.work / "mine.txt")],
+            "other_pane": ["write", str(inner / "planted")],
+        }
+        seen = await _probe(tools, host, "probe", checks)
+        assert seen["own"] == "ok:5", seen
+        assert seen["other_pane"] == "OSError:30", seen  # EROFS: the other pane's cwd
+        assert not (inner / "planted").exists()
+        await tools.call("remove_pane", name="p")
+        await tools.call("remove_pane", name="inner")
