@@ -18,7 +18,7 @@ from typing import Any
 from protocol.agents.table import SPECS, spec_for
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.control.context import ControlContext
-from supervisor.control.controllers import Credentials
+from supervisor.control.controllers import Credentials, pane_of_identity
 from supervisor.control.fences import new_id
 from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease
 from supervisor.lanes.closing import BUSY_STATES, CloseJob, begin_close, finish_close
@@ -85,6 +85,13 @@ class ReviewerLanes:
             self._ctx.stores.pane_leases["reviewer"].save(lease.lease_id, lease)
             self._ctx.leases.claim(lease)
 
+        # A confined pane that became a controller (`panewarden ctl`) starts only
+        # confined panes: its agent must not get out of its sandbox through a profile
+        # that runs unconfined.
+        caller = pane_of_identity(identity)
+        caller_pane = self._ctx.registry.panes.get(caller) if caller is not None else None
+        from_confined = caller_pane is not None and caller_pane.confined
+
         async def launch(tag: LeaseTag, on_spawn: OnSpawn) -> Pane:
             extra = self._model_args(profile, model, effort)
             # Confined (as its profile or PANEWARDEN_CONFINE says), it writes nothing in
@@ -97,6 +104,7 @@ class ReviewerLanes:
                 lease=tag,
                 on_spawn=on_spawn,
                 grant=REVIEWER_GRANT,
+                require_confined=from_confined,
             )
 
         return await start_leased_pane(self._ctx, lease, launch)

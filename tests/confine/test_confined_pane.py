@@ -422,3 +422,32 @@ async def test_another_panes_cwd_inside_a_writable_one_is_read_only(host: Host) 
         assert not (inner / "planted").exists()
         await tools.call("remove_pane", name="p")
         await tools.call("remove_pane", name="inner")
+
+
+async def test_a_confined_controller_starts_only_confined_reviewers(host: Host) -> None:
+    # A prompt-injected agent in a confined pane can become a controller over ctl; a
+    # reviewer it starts is confined even when its profile says `confine: false`.
+    profiles = json.loads((host.base / "profiles.json").read_text())
+    loose = dict(profiles["profiles"][1], name="loose", confine=False)
+    profiles["profiles"].append(loose)
+    (host.base / "profiles.json").write_text(json.dumps(profiles))
+    ctl = [sys.executable, "-m", "supervisor", "ctl", "--json"]
+    acquire = [*ctl, "acquire", "--controller-id", "evil", "--authority-ref", "x"]
+    acquire += ["--authority-sha256", "0" * 64]
+    start = [*ctl, "reviewer-start", "--profile", "loose", "--cwd", str(host.work)]
+    start += ["--purpose", "escape", "loose-rev"]
+    async with Client(stdio_params(host.state, **host.env())) as client:
+        tools = Tools(client)
+        seen = await _probe(
+            tools,
+            host,
+            "probe",
+            {"acquire": ["run", json.dumps(acquire)], "start": ["run", json.dumps(start)]},
+        )
+        assert seen["acquire"].startswith("ok:rc=0 "), seen
+        assert seen["start"].startswith("ok:rc=0 "), seen
+        panes = {p["name"]: p for p in (await tools.call("list_panes"))["panes"]}
+        assert panes["loose-rev"]["confined"] is True, panes
+        # From outside (no pane identity), the same profile runs as it says.
+        await tools.call("start_pane", name="outside", profile="loose")
+        assert (await tools.call("get_status", name="outside"))["confined"] is False
