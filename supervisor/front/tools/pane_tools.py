@@ -124,9 +124,7 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
         panes = await service.registry.ready_all()
         meter.forget_except({p.name for p in panes})
         return {
-            "panes": [
-                pane_info(p) | {"usage": meter.measure(p.name, p.handle.pid)} for p in panes
-            ]
+            "panes": [pane_info(p) | {"usage": meter.measure(p.name, p.handle.pid)} for p in panes]
         }
 
     async def interrupt_pane(a: ts.NameArgs, _ctx: Context) -> dict[str, Any]:
