@@ -8,6 +8,7 @@ with pyte, and follows a demo pane into ``blocked``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -214,10 +215,8 @@ class Screen:
     def pump(self) -> str:
         ready, _, _ = select.select([self.proc.fd], [], [], 0.05)
         if ready:
-            try:
+            with contextlib.suppress(OSError):
                 self.stream.feed(os.read(self.proc.fd, 65536))
-            except OSError:
-                pass
         return "\n".join(self.screen.display)
 
     def wait_for(self, predicate: Any, timeout_s: float, what: str) -> str:
