@@ -12,6 +12,7 @@ import sys
 from protocol import logjson
 from protocol.errors import PanewardenError
 from supervisor.cli.ctl import add_ctl_parser
+from supervisor.cli.top import add_top_parser
 from supervisor.exit_codes import EXIT_USAGE
 
 
@@ -39,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("doctor", help="check subreaper support, state dir permissions, tools")
     add_ctl_parser(sub)
+    add_top_parser(sub)
     sub.add_parser("demo-agent")
     return parser
 
@@ -54,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         from supervisor.demo.tour import run_tour
 
         return asyncio.run(run_tour())
+    if args.command == "top":
+        # A client of a service, maybe remote: it needs none of the local service's config.
+        from supervisor.cli.top import top_command
+
+        return top_command(args)
     from supervisor.config import load_config
 
     try:

@@ -20,6 +20,7 @@ from supervisor.control.records import ControllerLease, Receipt
 from supervisor.control.service import ControlService
 from supervisor.front.tools import coordination_schemas as cs
 from supervisor.front.tools.pane_schemas import EmptyArgs
+from supervisor.front.tools.progress_messages import turns_message
 from supervisor.front.tools.tooling import ToolSpec, caller_identity, with_progress
 
 
@@ -87,6 +88,7 @@ def controller_lease_info(lease: ControllerLease, expired: bool) -> dict[str, An
 def coordination_tool_specs(control: ControlService) -> list[ToolSpec]:
     """The controller and handoff tools, run against ``control``."""
     authority, handoffs = control.authority, control.handoffs
+    registry = control.panes.registry
 
     def lease_info(lease: ControllerLease) -> dict[str, Any]:
         return controller_lease_info(lease, authority.expired(lease))
@@ -143,20 +145,25 @@ def coordination_tool_specs(control: ControlService) -> list[ToolSpec]:
             a.timeout_s,
             a.lines,
         )
-        return (await with_progress(ctx, work, a.timeout_s)).as_result()  # type: ignore[no-any-return]
+        said = turns_message(registry, [a.name])
+        return (await with_progress(ctx, work, a.timeout_s, said)).as_result()  # type: ignore[no-any-return]
 
     async def batch_handoff(a: cs.BatchHandoffArgs, ctx: Context) -> dict[str, Any]:
         requests = [HandoffRequest(r.name, r.text) for r in a.requests]
         work = handoffs.batch(
             caller_identity(), creds_of(a), requests, a.mode, a.timeout_s, a.lines
         )
-        return (await with_progress(ctx, work, a.timeout_s)).as_result()  # type: ignore[no-any-return]
+        said = turns_message(registry, [r.name for r in a.requests])
+        return (await with_progress(ctx, work, a.timeout_s, said)).as_result()  # type: ignore[no-any-return]
 
     async def collect(a: cs.CollectArgs, ctx: Context) -> dict[str, Any]:
         work = handoffs.collect(
             caller_identity(), creds_of(a), a.receipts, a.mode, a.timeout_s, a.lines
         )
-        return (await with_progress(ctx, work, a.timeout_s)).as_result()  # type: ignore[no-any-return]
+        wanted = set(a.receipts)
+        names = [r.name for r in handoffs.receipts() if r.receipt_id in wanted]
+        said = turns_message(registry, names)
+        return (await with_progress(ctx, work, a.timeout_s, said)).as_result()  # type: ignore[no-any-return]
 
     async def receipt_list(a: cs.ReceiptListArgs, _ctx: Context) -> dict[str, Any]:
         return {"receipts": [receipt_info(r) for r in handoffs.receipts(a.controller_id)]}

@@ -168,8 +168,21 @@ class WaitOutputResult(TypedDict):
     seq: int
 
 
+class PaneUsageResult(TypedDict):
+    """CPU and memory of the pane's process tree (worker and every descendant)."""
+
+    # Share of one CPU since the previous list_panes (100 = one core); null the first time.
+    cpu_percent: float | None
+    rss_bytes: int
+    processes: int
+
+
+class ListedPaneResult(PaneInfoResult):
+    usage: PaneUsageResult
+
+
 class ListPanesResult(TypedDict):
-    panes: list[PaneInfoResult]
+    panes: list[ListedPaneResult]
 
 
 class RemovePaneResult(TypedDict):

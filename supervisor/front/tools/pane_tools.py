@@ -13,6 +13,7 @@ from supervisor.front.tools.tooling import ToolSpec, with_progress
 from supervisor.panes.driving import WaitTarget
 from supervisor.panes.pane import Pane
 from supervisor.panes.service import PaneService
+from supervisor.panes.usage import UsageMeter
 
 
 def status_dict(name: str, s: PaneStatusFields, confined: bool) -> dict[str, Any]:
@@ -51,6 +52,8 @@ def pane_info(pane: Pane) -> dict[str, Any]:
 
 def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
     """The pane tools, run against ``service``."""
+    # list_panes' CPU% is a delta between calls: the previous sample lives here.
+    meter = UsageMeter()
 
     def _confined(name: str) -> bool:
         pane = service.registry.panes.get(name)
@@ -126,7 +129,11 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
         return {"matched": True, "line": match.line, "seq": match.seq}
 
     async def list_panes(_a: ts.EmptyArgs, _ctx: Context) -> dict[str, Any]:
-        return {"panes": [pane_info(p) for p in await service.registry.ready_all()]}
+        panes = await service.registry.ready_all()
+        meter.forget_except({p.name for p in panes})
+        return {
+            "panes": [pane_info(p) | {"usage": meter.measure(p.name, p.handle.pid)} for p in panes]
+        }
 
     async def interrupt_pane(a: ts.NameArgs, _ctx: Context) -> dict[str, Any]:
         return {"seq": await service.driver.interrupt(a.name)}
@@ -215,7 +222,8 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
         ),
         ToolSpec(
             "list_panes",
-            "Every pane with its status, profile, agent, cwd, program pid and worker pid.",
+            "Every pane with its status, profile, agent, cwd, program pid, worker pid and the "
+            "CPU and memory of its process tree.",
             "read",
             ts.EmptyArgs,
             ts.ListPanesResult,

@@ -76,8 +76,18 @@ def error_result(code: ErrorCode, message: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=body)], is_error=True)
 
 
-async def with_progress(ctx: Context, work: Awaitable[Any], timeout_s: float) -> Any:
-    """Await ``work``, sending a progress notification every few seconds."""
+async def with_progress(
+    ctx: Context,
+    work: Awaitable[Any],
+    timeout_s: float | None,
+    message: str | Callable[[], str] = "waiting",
+) -> Any:
+    """Await ``work``, sending a progress notification every few seconds.
+
+    ``message`` says what the call waits for (a callable is asked at each notification,
+    so it can name the turn a pane is on by then); ``timeout_s`` is the total, or None
+    when the call has no bound of its own to report.
+    """
     task = asyncio.ensure_future(work)
     started = time.monotonic()
     try:
@@ -86,7 +96,9 @@ async def with_progress(ctx: Context, work: Awaitable[Any], timeout_s: float) ->
             if done:
                 return task.result()
             elapsed = time.monotonic() - started
-            await ctx.report_progress(min(elapsed, timeout_s), timeout_s, "waiting")
+            text = message() if callable(message) else message
+            progress = elapsed if timeout_s is None else min(elapsed, timeout_s)
+            await ctx.report_progress(progress, timeout_s, text)
     finally:
         if not task.done():
             task.cancel()

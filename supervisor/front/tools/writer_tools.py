@@ -90,7 +90,7 @@ def writer_tool_specs(lanes: LaneService) -> list[ToolSpec]:
     async def writer_list(_a: EmptyArgs, _ctx: Context) -> dict[str, Any]:
         return {"leases": [writer_lease_info(lease) for lease in writers.leases()]}
 
-    async def writer_release(a: ws.WriterReleaseArgs, _ctx: Context) -> dict[str, Any]:
+    async def writer_release(a: ws.WriterReleaseArgs, ctx: Context) -> dict[str, Any]:
         request = ReleaseRequest(
             lease_id=a.lease_id,
             expected_seq=a.expected_seq,
@@ -99,7 +99,10 @@ def writer_tool_specs(lanes: LaneService) -> list[ToolSpec]:
             checkpoint_ref=a.checkpoint_ref,
             checkpoint_sha256=a.checkpoint_sha256,
         )
-        return writer_lease_info(await writers.release(caller_identity(), creds_of(a), request))
+        work = writers.release(caller_identity(), creds_of(a), request)
+        # No bound of its own: Git's evidence, then the pane's stop, each bounded inside.
+        said = f"waiting for writer lease {a.lease_id} to release (Git evidence, pane stop)"
+        return writer_lease_info(await with_progress(ctx, work, None, said))
 
     async def verification_snapshot(a: ws.SnapshotArgs, _ctx: Context) -> dict[str, Any]:
         return await verifications.snapshot(a.lease_id, a.expected_head, a.expected_status_sha256)
@@ -107,7 +110,8 @@ def writer_tool_specs(lanes: LaneService) -> list[ToolSpec]:
     async def verify(a: ws.VerifyArgs, ctx: Context) -> dict[str, Any]:
         request = VerifyRequest(a.lease_id, a.expected_worktree_sha256, a.recipe, a.timeout_s)
         work = verifications.verify(caller_identity(), creds_of(a), request)
-        record = await with_progress(ctx, work, a.timeout_s or DEFAULT_RECIPE_TIMEOUT_S)
+        said = f"waiting for recipe {a.recipe!r} to finish on writer lease {a.lease_id}"
+        record = await with_progress(ctx, work, a.timeout_s or DEFAULT_RECIPE_TIMEOUT_S, said)
         return verification_info(record)
 
     async def verification_list(_a: EmptyArgs, _ctx: Context) -> dict[str, Any]:
