@@ -29,7 +29,15 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from protocol.errors import ErrorCode, PanewardenError
-from protocol.messages import Descendants, Exited, Hello, OutputMatch, Status, ToSupervisor
+from protocol.messages import (
+    Descendants,
+    Exited,
+    Hello,
+    OutputMatch,
+    ScreenFrame,
+    Status,
+    ToSupervisor,
+)
 from supervisor.panes.pane import Pane
 from supervisor.procfs import process_parent_and_start
 from supervisor.workers.manager import WorkerHandle
@@ -40,6 +48,10 @@ log = logging.getLogger(__name__)
 ADOPTION_WAIT_S = 8.0
 
 OutputSink = Callable[[OutputMatch], None]
+# Told of every pane whose status or presence changed (the screen feed's status events);
+# ``introduced`` when its worker (re-)sent Hello.
+ChangeSink = Callable[[Pane, bool], None]
+FrameSink = Callable[[Pane, ScreenFrame], None]
 # (directory, lease id) pairs: directories only that lease's pane may run in.
 ExclusiveDirs = Callable[[], Iterable[tuple[str, str]]]
 
@@ -65,6 +77,8 @@ class PaneRegistry:
         self._exclusive: ExclusiveDirs = _no_exclusive_dirs
         self._adopting: dict[str, asyncio.Task[None]] = {}
         self._output_sinks: list[OutputSink] = []
+        self._change_sinks: list[ChangeSink] = []
+        self._frame_sinks: list[FrameSink] = []
 
     # ------------------------------------------------------------ names
 
@@ -131,6 +145,7 @@ class PaneRegistry:
         """Make a running pane visible under its name."""
         self.panes[pane.name] = pane
         self.track(pane)
+        self._changed(pane)
 
     def adopting(self, pane: Pane, task: asyncio.Task[None]) -> None:
         """A re-adopted pane, listed now, whose worker ``task`` waits to hear from."""
@@ -151,6 +166,7 @@ class PaneRegistry:
             del self.panes[pane.name]
         self._by_instance.pop(pane.handle.instance, None)
         pane.mark_removed()
+        self._changed(pane)
 
     # ------------------------------------------------------------ lookup
 
@@ -193,6 +209,18 @@ class PaneRegistry:
         """Call ``sink`` with every ``OutputMatch`` a worker pushes."""
         self._output_sinks.append(sink)
 
+    def on_change(self, sink: ChangeSink) -> None:
+        """Call ``sink`` whenever a pane appears, changes status or leaves."""
+        self._change_sinks.append(sink)
+
+    def on_screen_frame(self, sink: FrameSink) -> None:
+        """Call ``sink`` with every ``ScreenFrame`` a pane's worker pushes."""
+        self._frame_sinks.append(sink)
+
+    def _changed(self, pane: Pane, introduced: bool = False) -> None:
+        for sink in self._change_sinks:
+            sink(pane, introduced)
+
     def on_worker_event(self, handle: WorkerHandle, msg: ToSupervisor) -> None:
         """Route one pushed frame of a proven worker (Hello included) to its pane."""
         pane = self._by_instance.get(handle.instance)
@@ -205,9 +233,15 @@ class PaneRegistry:
                     pane.pid = child_pid
                     pane.observe_history(history)
                     pane.observe(status)
+                    self._changed(pane, introduced=True)
             case Status(status=status):
                 if pane is not None:
                     pane.observe(status)
+                    self._changed(pane)
+            case ScreenFrame():
+                if pane is not None:
+                    for frame_sink in self._frame_sinks:
+                        frame_sink(pane, msg)
             case Descendants(procs=procs, session_id=session_id):
                 handle.descendants = frozenset((int(p), int(t)) for p, t in procs)
                 handle.session_id = session_id
@@ -239,6 +273,7 @@ class PaneRegistry:
             extra={"pane": pane.name, "worker_pid": handle.pid},
         )
         pane.mark_lost()
+        self._changed(pane)
         return None
 
 
