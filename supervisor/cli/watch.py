@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -75,6 +76,8 @@ def watch_command(args: argparse.Namespace, config: ServiceConfig) -> int:
     """Run the viewer until ``q``; returns the exit status."""
     from supervisor.cli.watch_source import WatchError
 
+    # Log lines would paint over the mirrored screen; errors are said in one line instead.
+    logging.getLogger().setLevel(logging.CRITICAL)
     try:
         events = _source(args, config)
         asyncio.run(_watch(args.name, events))
