@@ -13,9 +13,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import ptyprocess
 import pyte
@@ -103,13 +101,13 @@ def service(services: ServiceFactory, files: tuple[Path, Path]) -> Service:
 
 
 @pytest.fixture
-def pane(service: Service, files: tuple[Path, Path]) -> Iterator[tuple[Path, Path]]:
+def pane(service: Service, files: tuple[Path, Path]) -> tuple[Path, Path]:
     async def start() -> None:
         async with connect(service.url, token_of(service)) as client:
             ok(await call(client, "start_pane", {"name": "m", "profile": "marker"}))
 
     run(start())
-    yield files
+    return files
 
 
 def _env(service: Service) -> dict[str, str]:
@@ -224,7 +222,7 @@ def test_the_feed_survives_a_viewer_that_never_reads(
         reader, writer = await asyncio.open_unix_connection(path, limit=1 << 22)
         writer.write(b'{"op": "watch", "pane": "m"}\n')
         await writer.drain()
-        for n in range(1, 200):
+        for _ in range(1, 200):
             _mark(fifo)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
