@@ -8,6 +8,7 @@ pyte, so "seen" means drawn on the operator's terminal.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import select
 import subprocess
@@ -19,6 +20,8 @@ import ptyprocess
 import pyte
 import pytest
 
+from supervisor.front.feed.wire import OPERATOR_SOCKET_NAME
+from supervisor.store.statedir import runtime_socket_path
 from tests.polling import poll
 from tests.service.conftest import (
     REPO,
@@ -235,3 +238,46 @@ def test_the_feed_survives_a_viewer_that_never_reads(
         writer.close()
 
     run(scenario())
+
+
+PEEK = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b'{"op": "watch"}\\n')
+data = b""
+while not data.endswith(b"\\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+open(sys.argv[2], "wb").write(data)
+"""
+
+
+def test_a_program_in_a_pane_cannot_read_the_feed(services: ServiceFactory, tmp_path: Path) -> None:
+    """The operator socket refuses a peer that runs inside a pane (even unconfined)."""
+    out = tmp_path / "peek.out"
+    service = services.prepare()
+    operator = runtime_socket_path(service.state_dir, service.env).with_name(OPERATOR_SOCKET_NAME)
+    profile = {
+        "name": "peek",
+        "agent": "generic",
+        "argv": [sys.executable, "-c", PEEK, str(operator), str(out)],
+        "cwds": ["/"],
+        "confine": False,
+    }
+    profiles = write_secret(service.root / "profiles.json", json.dumps({"profiles": [profile]}))
+    service.env["PANEWARDEN_PROFILES"] = str(profiles)
+    service.start()
+    recorded = (service.state_dir / "run" / "operator").read_text().strip()
+    assert recorded == str(operator)
+
+    async def start() -> None:
+        async with connect(service.url, token_of(service)) as client:
+            ok(await call(client, "start_pane", {"name": "peek", "profile": "peek"}))
+
+    run(start())
+    poll(lambda: out.exists() and out.read_bytes().endswith(b"\n"), 15, what="the peek")
+    answer = json.loads(out.read_bytes())
+    assert answer["event"] == "error" and answer["data"]["code"] == "forbidden", answer
