@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from paneworker.screen.ansi import ansi_line
 from paneworker.screen.terminal import Terminal
 from protocol.messages import ScreenFrame, ToSupervisor
 
@@ -90,7 +89,7 @@ class ScreenFeed:
         """The current visible screen as a frame."""
         t = self._terminal()
         self._frame += 1
-        lines = [ansi_line(t.cells(row)) for row in range(t.rows)]
+        lines = t.styled_lines()
         plain = sum(map(len, lines)) > MAX_FRAME_CHARS
         if plain:
             lines = [line[: t.cols] for line in t.display_lines()]

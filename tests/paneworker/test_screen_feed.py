@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from paneworker.screen.emulator.ansi import per_line_sgr
 from paneworker.screen.emulator.base import Cell
 from paneworker.screen.feed import MIN_INTERVAL_S, ScreenFeed
 from paneworker.screen.terminal import Terminal
@@ -36,8 +37,8 @@ def test_the_ansi_frame_draws_the_same_cells_again(emulator: str) -> None:
     feed = ScreenFeed(lambda: source, sent.append)
     frame = feed.render()
     assert (frame.cols, frame.rows, frame.plain) == (60, 4, False)
-    assert "\x1b[0;1;31mbold red" in frame.lines[0]
-    assert "38;2;10;20;30" in frame.lines[0]
+    assert "bold red" in frame.lines[0] and "38;2;10;20;30" in frame.lines[0]
+    assert all(line.endswith("\x1b[0m") for line in frame.lines if "\x1b[" in line)
     copy = _terminal(emulator)
     copy.feed("\r\n".join(frame.lines).encode())
     for row in range(source.rows):
@@ -98,3 +99,14 @@ def test_a_huge_coloured_screen_goes_plain() -> None:
     frames: list[ToSupervisor] = []
     frame = ScreenFeed(lambda: terminal, frames.append).render()
     assert frame.plain and frame.lines[0] == "x" * 500
+
+
+def test_formatter_text_becomes_self_contained_lines() -> None:
+    text = "\x1b]4;1;rgb:cc/66/66\x1b\\\x1b[31mred\r\nstill red\x1b[0m plain\x1b[2K\r\n\x1b[1mb"
+    lines = per_line_sgr(text, 4)
+    assert lines == [
+        "\x1b[31mred\x1b[0m",
+        "\x1b[31mstill red\x1b[0m plain\x1b[0m",
+        "\x1b[1mb\x1b[0m",
+        "",
+    ]

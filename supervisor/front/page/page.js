@@ -83,6 +83,15 @@
     if (selected === null) select(s.pane);
   }
 
+  // A 256-colour palette entry: a class for the 16 ANSI colours, else rgb().
+  function palette(index, prefix) {
+    if (index < 8) return prefix + NAMES[index];
+    if (index < 16) return prefix + "b" + NAMES[index - 8];
+    if (index >= 232) { const v = 8 + (index - 232) * 10; return "rgb(" + v + "," + v + "," + v + ")"; }
+    const c = index - 16, steps = [0, 95, 135, 175, 215, 255];
+    return "rgb(" + steps[Math.floor(c / 36)] + "," + steps[Math.floor(c / 6) % 6] + "," + steps[c % 6] + ")";
+  }
+
   // SGR parameters -> the style of the text that follows.
   function applySgr(style, params) {
     const p = params === "" ? [0] : params.split(";").map(Number);
@@ -101,6 +110,10 @@
         const rgb = "rgb(" + p[i + 2] + "," + p[i + 3] + "," + p[i + 4] + ")";
         if (n === 38) style.fg = rgb; else style.bg = rgb;
         i += 4;
+      } else if ((n === 38 || n === 48) && p[i + 1] === 5) {
+        const value = palette(p[i + 2], n === 38 ? "fg-" : "bg-");
+        if (n === 38) style.fg = value; else style.bg = value;
+        i += 2;
       }
     }
   }

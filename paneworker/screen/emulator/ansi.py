@@ -8,6 +8,8 @@ line on its own. Trailing default-styled blanks are dropped.
 
 from __future__ import annotations
 
+import re
+
 from paneworker.screen.emulator.base import Cell
 
 _NAMES = ["black", "red", "green", "brown", "blue", "magenta", "cyan", "white"]
@@ -69,3 +71,32 @@ def ansi_line(cells: list[Cell]) -> str:
 
 def _style(cell: Cell) -> tuple[str, str, bool, bool]:
     return (cell.fg, cell.bg, cell.reverse, cell.bold)
+
+
+# What a formatter may put around the SGR: OSC strings (ghostty's palette preamble), other
+# CSI sequences and lone escapes. Only SGR stays.
+_NOT_SGR = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b\[[0-9;:?]*[A-Za-ln-z@`]|\x1b[^\[\]]")
+_SGR = re.compile(r"\x1b\[[0-9;:]*m")
+_RESETS = ("\x1b[0m", "\x1b[m")
+
+
+def per_line_sgr(text: str, rows: int) -> list[str]:
+    """A formatter's VT text of the screen as ``rows`` self-contained ANSI lines: only SGR
+    kept, each line starting with the style the previous one left open and ending reset."""
+    clean = _NOT_SGR.sub("", text)
+    lines = clean.replace("\r\n", "\n").split("\n")[:rows]
+    lines += [""] * (rows - len(lines))
+    out: list[str] = []
+    carry = ""
+    for line in lines:
+        body = carry + line
+        open_style = carry
+        for match in _SGR.finditer(line):
+            sequence = match.group()
+            open_style = "" if sequence in _RESETS else open_style + sequence
+        carry = open_style
+        if not _SGR.sub("", line):
+            out.append("")  # nothing drawn: the open style only matters to later lines
+        else:
+            out.append(body + RESET if _SGR.search(body) else body)
+    return out
