@@ -132,10 +132,14 @@ class FeedHub:
         if pane is not None:
             self._spawn(self._tell(pane, subscribe=False))
 
-    async def stop(self) -> None:
-        """End every viewer and wait for the (un)subscriptions in flight."""
+    def end_viewers(self) -> None:
+        """End every viewer's feed (the service stops): its stream finishes cleanly."""
         for viewer in list(self._viewers):
             viewer.end()
+
+    async def stop(self) -> None:
+        """End every viewer and wait for the (un)subscriptions in flight."""
+        self.end_viewers()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:

@@ -269,7 +269,10 @@ async def serve_http(
                     await asyncio.shield(inner)
                 except asyncio.CancelledError:
                     # A stop signal: let uvicorn finish in-flight responses (bounded by
-                    # GRACEFUL_HTTP_STOP_S) and run the app's shutdown, then stop.
+                    # GRACEFUL_HTTP_STOP_S) and run the app's shutdown, then stop. Feed
+                    # streams never finish by themselves: they are ended first.
+                    if services.feed is not None:
+                        services.feed.end_viewers()
                     uv.should_exit = True
                     await inner
                     raise
