@@ -112,6 +112,7 @@ def _size(fd: int) -> tuple[int, int]:
 
 
 async def _watch(pane: str, events: AsyncIterator[Event]) -> None:
+    from supervisor.cli.watch_source import WatchError
     from supervisor.cli.watch_view import WatchState, render
 
     loop = asyncio.get_running_loop()
@@ -138,6 +139,8 @@ async def _watch(pane: str, events: AsyncIterator[Event]) -> None:
             name, data = event
             if name == "status" and data.get("pane") == pane:
                 state.status = data
+                if data.get("removed"):
+                    raise WatchError(f"pane {pane!r} was removed")
             elif name == "screen":
                 state.screen = data
 

@@ -115,6 +115,21 @@ def test_the_page_shows_a_pane_going_blocked_and_done_live(
     page.close()
     assert token_of(service) not in service.stderr()
 
+    # A page of another origin that holds the token still cannot read the feed.
+    foreign = browser.new_page()
+    foreign.route(
+        "http://foreign.test/",
+        lambda route: route.fulfill(status=200, content_type="text/html", body="<title>x</title>"),
+    )
+    foreign.goto("http://foreign.test/")
+    outcome = foreign.evaluate(
+        """(a) => fetch(a.url, {headers: {Authorization: "Bearer " + a.token}})
+                 .then(r => "read " + r.status, () => "refused")""",
+        {"url": base + "/feed?pane=demo1", "token": token_of(service)},
+    )
+    assert outcome == "refused"
+    foreign.close()
+
 
 def test_the_feed_refuses_a_foreign_origin_and_a_missing_token(service: Service) -> None:
     base = service.url.removesuffix("/mcp")

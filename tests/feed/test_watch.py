@@ -286,3 +286,51 @@ def test_a_program_in_a_pane_cannot_read_the_feed(services: ServiceFactory, tmp_
     poll(lambda: out.exists() and out.read_bytes().endswith(b"\n"), 15, what="the peek")
     answer = json.loads(out.read_bytes())
     assert answer["event"] == "error" and answer["data"]["code"] == "forbidden", answer
+
+
+def _failed_in_one_line(viewer: Viewer) -> None:
+    poll(lambda: not viewer.proc.isalive(), 10, what="watch to exit")
+    viewer.proc.wait()
+    assert viewer.proc.exitstatus == 1
+    assert "Traceback" not in viewer.text()
+
+
+@pytest.mark.timeout(60)
+def test_watch_says_in_one_line_when_the_pane_goes(
+    service: Service, pane: tuple[Path, Path]
+) -> None:
+    by_url = Viewer(_watch("m", "--url", service.url), _env(service))
+    by_socket = Viewer(_watch("m", "--state-dir", str(service.state_dir)), _env(service))
+    try:
+        for viewer in (by_url, by_socket):
+            viewer.wait_for("ready", 15)
+
+        async def remove() -> None:
+            async with connect(service.url, token_of(service)) as client:
+                ok(await call(client, "remove_pane", {"name": "m"}))
+
+        run(remove())
+        for viewer in (by_url, by_socket):
+            viewer.wait_for("panewarden watch: pane 'm' was removed", 10)
+            _failed_in_one_line(viewer)
+    finally:
+        by_url.close()
+        by_socket.close()
+
+
+@pytest.mark.timeout(60)
+def test_watch_says_in_one_line_when_the_service_stops(
+    service: Service, pane: tuple[Path, Path]
+) -> None:
+    by_url = Viewer(_watch("m", "--url", service.url), _env(service))
+    by_socket = Viewer(_watch("m", "--state-dir", str(service.state_dir)), _env(service))
+    try:
+        for viewer in (by_url, by_socket):
+            viewer.wait_for("ready", 15)
+        service.stop()
+        for viewer in (by_url, by_socket):
+            viewer.wait_for("panewarden watch: ", 10)
+            _failed_in_one_line(viewer)
+    finally:
+        by_url.close()
+        by_socket.close()
