@@ -37,8 +37,10 @@ Event = tuple[str, dict[str, Any]]
 class Viewer:
     """One viewer's mailbox; see the module docstring."""
 
-    def __init__(self, pane: str | None) -> None:
+    def __init__(self, pane: str | None, instance: str | None = None) -> None:
         self.pane = pane
+        # The watched pane's worker instance: a later pane of the same name is another.
+        self.instance = instance
         self._statuses: dict[str, dict[str, Any]] = {}
         self._screen: dict[str, Any] | None = None
         self._ready = asyncio.Event()
@@ -75,7 +77,8 @@ class Viewer:
 
 
 class FeedHub:
-    """Viewers, per-pane watch counts and each watched pane's latest frame."""
+    """Viewers, per-pane watch counts and each watched pane's latest frame (both by worker
+    instance: a pane removed and started again under its name is another pane)."""
 
     def __init__(self, service: PaneService) -> None:
         self._service = service
@@ -100,14 +103,15 @@ class FeedHub:
             )
         registry = self._service.registry
         panes = [await registry.ready(pane)] if pane is not None else await registry.ready_all()
-        viewer = Viewer(pane)
+        instance = panes[0].handle.instance if pane is not None else None
+        viewer = Viewer(pane, instance)
         for each in panes:
             viewer.push_status(status_event(each))
         self._viewers.add(viewer)
-        if pane is not None:
-            count = self._watching.get(pane, 0) + 1
-            self._watching[pane] = count
-            frame = self._frames.get(pane)
+        if instance is not None:
+            count = self._watching.get(instance, 0) + 1
+            self._watching[instance] = count
+            frame = self._frames.get(instance)
             if frame is not None:
                 viewer.push_screen(frame)
             if count == 1:
@@ -119,16 +123,16 @@ class FeedHub:
         if viewer not in self._viewers:
             return
         self._viewers.discard(viewer)
-        name = viewer.pane
-        if name is None:
+        instance = viewer.instance
+        if instance is None:
             return
-        count = self._watching.get(name, 0) - 1
+        count = self._watching.get(instance, 0) - 1
         if count > 0:
-            self._watching[name] = count
+            self._watching[instance] = count
             return
-        self._watching.pop(name, None)
-        self._frames.pop(name, None)
-        pane = self._service.registry.panes.get(name)
+        self._watching.pop(instance, None)
+        self._frames.pop(instance, None)
+        pane = self._service.registry.by_instance(instance)
         if pane is not None:
             self._spawn(self._tell(pane, subscribe=False))
 
@@ -162,17 +166,19 @@ class FeedHub:
 
     def _on_change(self, pane: Pane, introduced: bool) -> None:
         event = status_event(pane)
+        instance = pane.handle.instance
         for viewer in self._viewers:
-            if viewer.pane is None or viewer.pane == pane.name:
+            if viewer.pane is None or viewer.instance == instance:
                 viewer.push_status(event)
-        if introduced and self._watching.get(pane.name) and not pane.removed:
+        if introduced and self._watching.get(instance) and not pane.removed:
             self._spawn(self._tell(pane, subscribe=True))
 
     def _on_frame(self, pane: Pane, frame: ScreenFrame) -> None:
-        if not self._watching.get(pane.name):
+        instance = pane.handle.instance
+        if not self._watching.get(instance):
             return
         event = screen_event(pane.name, frame)
-        self._frames[pane.name] = event
+        self._frames[instance] = event
         for viewer in self._viewers:
-            if viewer.pane == pane.name:
+            if viewer.instance == instance:
                 viewer.push_screen(event)
