@@ -143,6 +143,19 @@ class Close(_Msg, tag="close"):
     quiet_s: float | None = None
 
 
+class SubscribeScreen(_Msg, tag="subscribe_screen"):
+    """Push ``ScreenFrame`` while someone watches: one at once, then one per change,
+    coalesced and rate-limited by the worker (``paneworker.screen.feed``)."""
+
+    rid: int
+
+
+class UnsubscribeScreen(_Msg, tag="unsubscribe_screen"):
+    """Stop pushing ``ScreenFrame`` (the last viewer left)."""
+
+    rid: int
+
+
 ToWorker = (
     Ping
     | Introduce
@@ -155,6 +168,8 @@ ToWorker = (
     | CancelWatch
     | Resize
     | Close
+    | SubscribeScreen
+    | UnsubscribeScreen
 )
 
 
@@ -239,6 +254,20 @@ class OutputMatch(_Msg, tag="output_match"):
     seq: int
 
 
+class ScreenFrame(_Msg, tag="screen_frame"):
+    """The visible screen, pushed while subscribed: one ANSI line per row (SGR colours
+    and attributes, each line starting from and ending in the default style), or plain
+    text when the coloured rendering would exceed the frame bound (``plain``).
+    ``frame`` counts the frames this worker rendered (gaps: frames coalesced away)."""
+
+    frame: int
+    cols: int
+    rows: int
+    cursor: tuple[int, int]
+    lines: list[str]
+    plain: bool = False
+
+
 ToSupervisor = (
     Hello
     | Ok
@@ -250,4 +279,5 @@ ToSupervisor = (
     | Descendants
     | OutputMatch
     | Heartbeat
+    | ScreenFrame
 )

@@ -138,6 +138,8 @@ class PaneWorker:
 
     def introduce(self) -> None:
         """Tell a (new) supervisor who we are and what to kill if we die."""
+        # A new supervisor has no viewers yet: it subscribes again when it has one.
+        self.screen.screen_feed.unsubscribe()
         self.link.send(self.hello())
         self._send_descendants()
 
@@ -176,6 +178,7 @@ class PaneWorker:
                 self._reap_children()
                 self._run_timers()
                 self.screen.after_step()
+                self.screen.screen_feed.step()
         finally:
             self._shutdown()
         return 0
@@ -201,6 +204,7 @@ class PaneWorker:
             screen.rules_deadline(),
             screen.parse_deadline(),
             screen.compact_deadline(),
+            screen.screen_feed.deadline(),
             t.orphan_deadline,
             None if t.orphan_deadline is not None else t.last_rx + self.boot.orphan_after_s,
         ):

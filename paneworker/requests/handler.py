@@ -42,7 +42,9 @@ from protocol.messages import (
     ReadScreen,
     Resize,
     ScreenText,
+    SubscribeScreen,
     ToWorker,
+    UnsubscribeScreen,
     WatchOutput,
     WriteInput,
 )
@@ -149,6 +151,12 @@ class RequestHandler:
                 self._resize(msg)
             case Close():
                 self._close(msg)
+            case SubscribeScreen(rid=rid):
+                self.screen.screen_feed.subscribe()
+                self.io.ok(rid)
+            case UnsubscribeScreen(rid=rid):
+                self.screen.screen_feed.unsubscribe()
+                self.io.ok(rid)
             case _:
                 raise PanewardenError(ErrorCode.INVALID_ARGUMENT, "unsupported request")
 

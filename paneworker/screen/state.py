@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from paneworker.procs.program import Program
 from paneworker.screen.emulator import EmulatorUnavailable, ScreenModel
+from paneworker.screen.feed import ScreenFeed
 from paneworker.screen.patterns import Pattern
 from paneworker.screen.terminal import Terminal
 from paneworker.screen.turn_output import TurnMarks, rows_since, take_mark
@@ -133,6 +134,8 @@ class ScreenState:
         self._limit = boot.launch.output_buffer_bytes
         self._drop = boot.launch.output_overflow == "drop"
         self.terminal = self._open_terminal(boot, spare)
+        # Frames of the visible screen while the supervisor has viewers.
+        self.screen_feed = ScreenFeed(lambda: self.terminal, send, clock)
         # Called now and then during a long catch-up (the worker sends heartbeats).
         self.keepalive: Callable[[], None] | None = None
         self._keepalive_at = 0.0

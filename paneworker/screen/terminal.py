@@ -148,6 +148,10 @@ class Terminal:
             raise IndexError(row)
         return self._model.cells(row)
 
+    def styled_lines(self) -> list[str]:
+        """The visible rows as ANSI text (the screen feed's frames)."""
+        return self._model.styled_lines()
+
     def resize(self, cols: int, rows: int) -> None:
         """Raises: ValueError if a size is below 1."""
         if cols < 1 or rows < 1:

@@ -13,6 +13,7 @@ from protocol import logjson
 from protocol.errors import PanewardenError
 from supervisor.cli.ctl import add_ctl_parser
 from supervisor.cli.top import add_top_parser
+from supervisor.cli.watch import add_watch_parser
 from supervisor.exit_codes import EXIT_USAGE
 
 
@@ -41,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help="check subreaper support, state dir permissions, tools")
     add_ctl_parser(sub)
     add_top_parser(sub)
+    add_watch_parser(sub)
     sub.add_parser("demo-agent")
     return parser
 
@@ -81,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         from supervisor.cli.ctl import ctl_command
 
         return ctl_command(args, config.environ, config.state_dir)
+    if args.command == "watch":
+        from supervisor.cli.watch import watch_command
+
+        return watch_command(args, config)
     if args.command == "stdio-proxy":
         from supervisor.front.transports.stdio_proxy import stdio_proxy_command
 

@@ -25,6 +25,9 @@ from supervisor.front.ctl.attestation import Attestor
 from supervisor.front.ctl.commands import ctl_commands
 from supervisor.front.ctl.server import AuditCall, CtlServer
 from supervisor.front.ctl.wire import CTL_SOCKET_NAME, CTL_SOCKET_VARIABLE
+from supervisor.front.feed.hub import FeedHub
+from supervisor.front.feed.operator_socket import OperatorSocket
+from supervisor.front.feed.wire import OPERATOR_RECORD, OPERATOR_SOCKET_NAME
 from supervisor.front.notifications import build_notifier, reload_notify
 from supervisor.lanes.service import LaneService
 from supervisor.notify.config import load_notify
@@ -57,6 +60,8 @@ class Services:
     control: ControlService
     lanes: LaneService
     notifier: Notifier
+    # The operator's screen feed (HTTP /feed, the operator socket).
+    feed: FeedHub | None = None
 
 
 @asynccontextmanager
@@ -97,15 +102,24 @@ async def running_service(
         ctl = CtlServer(
             ctl_path, Attestor(service.registry).identify, ctl_commands(control, lanes), audit
         )
+        feed = FeedHub(service)
+        operator = OperatorSocket(
+            sock_path.with_name(OPERATOR_SOCKET_NAME), feed, Attestor(service.registry).identify
+        )
         try:
             await ctl.start()
             atomic_write(run_dir / "ctl", f"{ctl_path}\n".encode())
-            yield Services(service, control, lanes, notifier)
+            await operator.start()
+            atomic_write(run_dir / OPERATOR_RECORD, f"{operator.path}\n".encode())
+            yield Services(service, control, lanes, notifier, feed)
         finally:
             try:
                 # First: no ctl call may start or wait on a pane that is being closed.
                 (run_dir / "ctl").unlink(missing_ok=True)
                 await ctl.stop()
+                (run_dir / OPERATOR_RECORD).unlink(missing_ok=True)
+                await feed.stop()
+                await operator.stop()
                 await service.stop(keep_panes=keep_panes)
                 await notifier.stop()
             finally:

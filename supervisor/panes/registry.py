@@ -38,6 +38,7 @@ from protocol.messages import (
     Hello,
     OutputMatch,
     PaneStatusFields,
+    ScreenFrame,
     Status,
     ToSupervisor,
 )
@@ -53,6 +54,10 @@ ADOPTION_WAIT_S = 8.0
 OutputSink = Callable[[OutputMatch], None]
 # (pane, the record before, the new record): called after the pane took the new one.
 StatusListener = Callable[[Pane, PaneStatusFields, PaneStatusFields], None]
+# Told of every pane whose status or presence changed (the screen feed's status events);
+# ``introduced`` when its worker (re-)sent Hello.
+ChangeSink = Callable[[Pane, bool], None]
+FrameSink = Callable[[Pane, ScreenFrame], None]
 # (directory, lease id) pairs: directories only that lease's pane may run in.
 ExclusiveDirs = Callable[[], Iterable[tuple[str, str]]]
 
@@ -79,6 +84,8 @@ class PaneRegistry:
         self._adopting: dict[str, asyncio.Task[None]] = {}
         self._output_sinks: list[OutputSink] = []
         self._status_listeners: list[StatusListener] = []
+        self._change_sinks: list[ChangeSink] = []
+        self._frame_sinks: list[FrameSink] = []
 
     # ------------------------------------------------------------ names
 
@@ -145,6 +152,7 @@ class PaneRegistry:
         """Make a running pane visible under its name."""
         self.panes[pane.name] = pane
         self.track(pane)
+        self._changed(pane)
 
     def adopting(self, pane: Pane, task: asyncio.Task[None]) -> None:
         """A re-adopted pane, listed now, whose worker ``task`` waits to hear from."""
@@ -165,6 +173,7 @@ class PaneRegistry:
             del self.panes[pane.name]
         self._by_instance.pop(pane.handle.instance, None)
         pane.mark_removed()
+        self._changed(pane)
 
     # ------------------------------------------------------------ lookup
 
@@ -222,6 +231,18 @@ class PaneRegistry:
                 # A listener's fault must not stop a status from reaching its pane.
                 log.exception("status listener failed", extra={"pane": pane.name})
 
+    def on_change(self, sink: ChangeSink) -> None:
+        """Call ``sink`` whenever a pane appears, changes status or leaves."""
+        self._change_sinks.append(sink)
+
+    def on_screen_frame(self, sink: FrameSink) -> None:
+        """Call ``sink`` with every ``ScreenFrame`` a pane's worker pushes."""
+        self._frame_sinks.append(sink)
+
+    def _changed(self, pane: Pane, introduced: bool = False) -> None:
+        for sink in self._change_sinks:
+            sink(pane, introduced)
+
     def on_worker_event(self, handle: WorkerHandle, msg: ToSupervisor) -> None:
         """Route one pushed frame of a proven worker (Hello included) to its pane."""
         pane = self._by_instance.get(handle.instance)
@@ -236,11 +257,17 @@ class PaneRegistry:
                     pane.observe_history(history)
                     pane.observe(status)
                     self._observed(pane, before, had_history)
+                    self._changed(pane, introduced=True)
             case Status(status=status):
                 if pane is not None:
                     before, had_history = pane.status, bool(pane.history)
                     pane.observe(status)
                     self._observed(pane, before, had_history)
+                    self._changed(pane)
+            case ScreenFrame():
+                if pane is not None:
+                    for frame_sink in self._frame_sinks:
+                        frame_sink(pane, msg)
             case Descendants(procs=procs, session_id=session_id):
                 handle.descendants = frozenset((int(p), int(t)) for p, t in procs)
                 handle.session_id = session_id
@@ -274,6 +301,7 @@ class PaneRegistry:
         before, had_history = pane.status, bool(pane.history)
         pane.mark_lost()
         self._observed(pane, before, had_history)
+        self._changed(pane)
         return None
 
 

@@ -76,6 +76,11 @@ class ScreenModel(Protocol):
         """Styled cells of visible row ``row`` (validated); a wide char's second cell is ``""``."""
         ...
 
+    def styled_lines(self) -> list[str]:
+        """The visible rows as ANSI text (:mod:`paneworker.screen.emulator.ansi`: SGR only,
+        each row starting in and returning to the default style); exactly ``rows`` entries."""
+        ...
+
     def dec_mode(self, mode: int) -> bool:
         """Whether DEC private mode ``mode`` is set."""
         ...

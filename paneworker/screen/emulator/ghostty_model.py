@@ -22,6 +22,7 @@ import unicodedata
 import weakref
 from typing import Any
 
+from paneworker.screen.emulator.ansi import per_line_sgr
 from paneworker.screen.emulator.base import Cell, EmulatorUnavailable
 
 _LOG = logging.getLogger(__name__)
@@ -184,6 +185,24 @@ class GhosttyModel:
         lines += [""] * (count - len(lines))
         # Ghostty bounds scrollback by whole memory pages: apply the line limit here.
         return lines[-self._history_limit :] if self._history_limit else []
+
+    def styled_lines(self) -> list[str]:
+        # Ghostty's own VT formatter: about 0.1 ms for 120x40, where reading cell by cell
+        # through cffi (``cells``) took 200 ms.
+        lib = self._lib
+        from pyghostty.core import init_sized, read_buf
+
+        sel = self._new_selection(0, 0, self._cols - 1, self._rows - 1, "active")
+        opts = init_sized("GhosttyTerminalSelectionFormatOptions")
+        opts.emit = lib.GHOSTTY_FORMATTER_FORMAT_VT
+        opts.unwrap, opts.trim, opts.selection = False, True, sel
+        term = self._term._t[0]
+        text: str = read_buf(
+            lambda buf, size, n: lib.ghostty_terminal_selection_format_buf(
+                term, opts[0], buf, size, n
+            )
+        )
+        return per_line_sgr(text, self._rows)
 
     def _new_selection(self, x0: int, y0: int, x1: int, y1: int, tag: str) -> Any:
         from pyghostty.core import init_sized

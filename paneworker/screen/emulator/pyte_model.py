@@ -10,6 +10,7 @@ import logging
 
 from pyte import modes as mo
 
+from paneworker.screen.emulator.ansi import ansi_line
 from paneworker.screen.emulator.base import Cell
 from paneworker.screen.emulator.pyte_dispatch import PYTE_DEC_MODES, Dispatcher
 from paneworker.screen.emulator.pyte_parser import SequenceParser
@@ -70,6 +71,9 @@ class PyteModel:
 
     def cells(self, row: int) -> list[Cell]:
         return [Cell(c.data, c.fg, c.bg, c.reverse, c.bold) for c in self._screen.row_chars(row)]
+
+    def styled_lines(self) -> list[str]:
+        return [ansi_line(self.cells(row)) for row in range(self.rows)]
 
     def dec_mode(self, mode: int) -> bool:
         if mode in PYTE_DEC_MODES:

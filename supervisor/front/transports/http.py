@@ -41,6 +41,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.auth.http_access import ClientTokenVerifier, HttpAccess, HttpGate
 from supervisor.config import ServiceConfig
+from supervisor.front.feed.http_routes import FeedRoutes
 from supervisor.front.mcp_server import build_server
 from supervisor.front.runtime import Services, running_service, serve_until_signalled
 from supervisor.front.transports.http_client import service_url_path
@@ -209,7 +210,9 @@ def _http_app(
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH, transport_security=settings, host=str(address)
     )
-    return HostOriginGate(AnsweringHttp(app, MAX_BODY_BYTES), settings)
+    # The feed and the status page sit behind the same gate as /mcp.
+    routes = FeedRoutes(AnsweringHttp(app, MAX_BODY_BYTES), services.feed, gate)
+    return HostOriginGate(routes, settings)
 
 
 def _uvicorn(app: ASGIApp) -> _LoopServer:
@@ -266,7 +269,10 @@ async def serve_http(
                     await asyncio.shield(inner)
                 except asyncio.CancelledError:
                     # A stop signal: let uvicorn finish in-flight responses (bounded by
-                    # GRACEFUL_HTTP_STOP_S) and run the app's shutdown, then stop.
+                    # GRACEFUL_HTTP_STOP_S) and run the app's shutdown, then stop. Feed
+                    # streams never finish by themselves: they are ended first.
+                    if services.feed is not None:
+                        services.feed.end_viewers()
                     uv.should_exit = True
                     await inner
                     raise

@@ -1,0 +1,63 @@
+"""The feed's events, one contract for the HTTP stream and the operator socket.
+
+Each event has a name and a JSON object:
+
+- ``status``: one pane's status and who drives it: ``pane``, ``lifecycle``, ``state``,
+  ``kind``, ``turn``, ``seq``, ``source``, ``exit_code``, ``profile``, ``agent``,
+  ``confined``, ``lease`` (``{lease_id, lease_type, controller_id}`` or null) and
+  ``removed`` (true once: the pane left the service; a pane feed then ends);
+- ``screen``: one pane's visible screen: ``pane``, ``frame``, ``cols``, ``rows``,
+  ``cursor`` ([row, col], 0-based), ``lines`` (one ANSI line per row, SGR only, each
+  starting and ending in the default style) and ``plain`` (true: no colours, the
+  coloured frame was too large);
+- ``error``: ``code`` and ``message`` (operator socket only: HTTP answers a status code
+  before the stream starts).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.messages import ScreenFrame
+from supervisor.panes.pane import Pane
+
+FEED_EVENTS = ("status", "screen", "error")
+
+
+def status_event(pane: Pane) -> dict[str, Any]:
+    """The ``status`` event of ``pane``."""
+    s = pane.status
+    return {
+        "pane": pane.name,
+        "lifecycle": s.lifecycle,
+        "state": s.state,
+        "kind": s.kind,
+        "turn": s.turn,
+        "seq": s.seq,
+        "source": s.source,
+        "exit_code": s.exit_code,
+        "profile": pane.profile,
+        "agent": pane.agent,
+        "confined": pane.confined,
+        "lease": None
+        if pane.lease is None
+        else {
+            "lease_id": pane.lease.lease_id,
+            "lease_type": pane.lease.lease_type,
+            "controller_id": pane.lease.controller_id,
+        },
+        "removed": pane.removed,
+    }
+
+
+def screen_event(pane: str, frame: ScreenFrame) -> dict[str, Any]:
+    """The ``screen`` event of one frame."""
+    return {
+        "pane": pane,
+        "frame": frame.frame,
+        "cols": frame.cols,
+        "rows": frame.rows,
+        "cursor": list(frame.cursor),
+        "lines": frame.lines,
+        "plain": frame.plain,
+    }
