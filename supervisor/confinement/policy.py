@@ -88,8 +88,21 @@ def hidden_mounts(paths: Sequence[str], unreadable_file: str) -> list[str]:
     return args
 
 
+def real_paths(paths: Sequence[str]) -> list[str]:
+    """Each path resolved (a symlink's target is what the program reaches through it, and
+    bwrap cannot make a mount point on a symlink), once."""
+    return list(dict.fromkeys(os.path.realpath(path) for path in paths))
+
+
+def outermost(paths: Sequence[str]) -> list[str]:
+    """The paths not inside another of them (binding a parent binds its children)."""
+    return [path for path in paths if not any(p != path and under(path, [p]) for p in paths)]
+
+
 def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[str]:
-    """The full command that runs ``argv`` under ``policy``."""
+    """The full command that runs ``argv`` under ``policy``.
+
+    Paths are resolved first; of the ``visible`` ones only the outermost are bound."""
     args = [bwrap, "--die-with-parent", "--cap-drop", "ALL"]
     # A user namespace even where bwrap is setuid (an unprivileged bwrap always makes one).
     args += [
@@ -106,13 +119,13 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
     args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for path in policy.tmp_dirs:
         args += ["--dir", path]
-    for path in policy.visible:
+    for path in outermost(real_paths(policy.visible)):
         args += ["--ro-bind", path, path]
-    for path in policy.writable:
+    for path in real_paths(policy.writable):
         args += ["--bind", path, path]
-    for path in policy.read_only:
+    for path in real_paths(policy.read_only):
         args += ["--ro-bind", path, path]
-    args += hidden_mounts(policy.hidden, policy.unreadable_file)
+    args += hidden_mounts(real_paths(policy.hidden), policy.unreadable_file)
     for host_path, inside in policy.files:
         args += ["--ro-bind", host_path, inside]
     for host_path, inside in policy.sockets:

@@ -25,6 +25,7 @@ from paneworker.confine.egress_proxy import EgressProxy
 from protocol.egress import forwarder_argv, hosts_file, plan
 from supervisor.confinement.policy import SandboxPolicy, bwrap_argv
 from tests.confine.echo import EchoServer, socket_dir
+from tests.conftest import REPO
 
 BWRAP = shutil.which("bwrap")
 INSIDE_SOCKET = "/tmp/.panewarden/egress.sock"
@@ -70,7 +71,13 @@ def sockdir() -> Iterator[str]:
 
 def _sandbox(proxy_socket: str, argv: list[str], extra: Sequence[str] = ()) -> list[str]:
     assert BWRAP is not None
-    policy = SandboxPolicy(cwd="/", network="none", sockets=((proxy_socket, INSIDE_SOCKET),))
+    # This installation stays visible when it lies under /tmp (a clone there).
+    policy = SandboxPolicy(
+        cwd="/",
+        network="none",
+        visible=(sys.prefix, str(REPO)),
+        sockets=((proxy_socket, INSIDE_SOCKET),),
+    )
     full = bwrap_argv(BWRAP, policy, argv)
     # Extra mounts (the hosts file) go with the others, before the working directory.
     at = full.index("--chdir")
