@@ -27,6 +27,7 @@ from typing import Any
 from mcp import Client, StdioServerParameters
 
 from bench.core import Figure, Options
+from bench.service import bench_environ
 from bench.streams import COLS, ROWS, realistic_stream
 from bench.throughput import installed_backends
 from paneworker.screen.terminal import Terminal
@@ -143,7 +144,7 @@ async def _pane_runs(kind: str, work: Path, stream_path: Path, rounds: int) -> l
         argv = [sys.executable, str(WRITER), str(stream_path), str(fifo), str(timing)]
         profiles = work / f"profiles-{kind}-{index}.json"
         profiles.write_text(json.dumps({"profiles": [{**profile, "argv": argv}]}))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PANEWARDEN_")} | {
+        env = bench_environ() | {
             "PANEWARDEN_STATE_DIR": str(state),
             "PANEWARDEN_PROFILES": str(profiles),
             "PANEWARDEN_EMULATOR": kind,

@@ -7,7 +7,6 @@ Over N panes of the demo agent: start_pane -> first idle, one demo turn
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import tempfile
 import time
@@ -18,6 +17,7 @@ import psutil
 from mcp import Client, StdioServerParameters
 
 from bench.core import Figure, Options
+from bench.service import bench_environ
 
 
 async def _call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
@@ -30,7 +30,7 @@ async def _call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
 async def _measure(n: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"start": [], "turn": [], "remove": [], "rss": []}
     with tempfile.TemporaryDirectory() as state:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PANEWARDEN_")}
+        env = bench_environ()
         env |= {"PANEWARDEN_STATE_DIR": state, "PANEWARDEN_LOG_LEVEL": "WARNING"}
         params = StdioServerParameters(
             command=sys.executable, args=["-m", "supervisor", "serve", "--stdio"], env=env

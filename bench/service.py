@@ -65,6 +65,14 @@ class Service:
         return None if result.is_error else dict(result.structured_content or {})
 
 
+def bench_environ() -> dict[str, str]:
+    """This process's environment without panewarden's variables, panes unconfined: the
+    benchmarks measure the pane path itself (``startup`` compares confined starts in its
+    own run), and some read pids the demo agent prints, which a PID namespace would hide."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PANEWARDEN_")}
+    return env | {"PANEWARDEN_CONFINE": "off"}
+
+
 @asynccontextmanager
 async def bench_service(
     extra_profiles: Iterable[dict[str, Any]] = (), **env_extra: str
@@ -75,7 +83,7 @@ async def bench_service(
         state.mkdir(mode=0o700)
         profiles_path = Path(tmp) / "profiles.json"
         profiles_path.write_text(json.dumps(profiles(extra_profiles)))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PANEWARDEN_")}
+        env = bench_environ()
         env |= {
             "PANEWARDEN_STATE_DIR": str(state),
             "PANEWARDEN_PROFILES": str(profiles_path),

@@ -26,6 +26,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from bench.core import Figure, Options
+from bench.service import bench_environ
 
 REPO = Path(__file__).resolve().parent.parent
 SCOPES = ["read", "input", "dialog", "lifecycle", "control", "admin"]
@@ -62,7 +63,7 @@ def _measure() -> dict[str, tuple[int, int]]:
         ]
         audit = root / "audit"
         audit.mkdir(mode=0o700)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PANEWARDEN_")}
+        env = bench_environ()
         env |= {
             "PANEWARDEN_STATE_DIR": str(root / "state"),
             "PANEWARDEN_CLIENTS": str(_secret(root / "clients.json", json.dumps(clients))),

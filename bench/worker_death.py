@@ -21,6 +21,7 @@ import psutil
 from mcp import Client, StdioServerParameters
 
 from bench.core import Figure, Options
+from bench.service import bench_environ
 
 
 async def _call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
@@ -41,7 +42,7 @@ async def _measure(n: int) -> tuple[list[float], list[float]]:
     lost_ms: list[float] = []
     gone_ms: list[float] = []
     with tempfile.TemporaryDirectory() as state:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PANEWARDEN_")}
+        env = bench_environ()
         env |= {"PANEWARDEN_STATE_DIR": state, "PANEWARDEN_LOG_LEVEL": "ERROR"}
         params = StdioServerParameters(
             command=sys.executable, args=["-m", "supervisor", "serve", "--stdio"], env=env

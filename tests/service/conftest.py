@@ -180,6 +180,8 @@ class ServiceFactory:
             "PANEWARDEN_STATE_DIR": str(root / "state"),
             "PANEWARDEN_ORPHAN_GRACE_S": "10",
             "PANEWARDEN_LOG_LEVEL": "INFO",
+            # As every service under test (tests/conftest.py): unconfined unless asked.
+            "PANEWARDEN_CONFINE": os.environ.get("PANEWARDEN_CONFINE", "off"),
         }
         if token is not None:
             env["PANEWARDEN_TOKEN_FILE"] = str(write_secret(root / "token", token or new_token()))
