@@ -301,7 +301,7 @@ class ScreenState:
         ):
             self._uncompacted = 0
             self.terminal.compact()
-        if not self.rules.rules or self.status.lifecycle != "running":
+        if not self._rules_look():
             return
         progress = self._rules
         if self._program_reports():
@@ -341,6 +341,12 @@ class ScreenState:
         if self.status.apply(decision.state, decision.kind, decision.source):
             self._send(Status(status=self.status.snapshot()))
 
+    def _rules_look(self) -> bool:
+        """Whether the screen rules look at this pane at all: it has rules and its program
+        runs. One predicate for ``after_step`` and ``rules_deadline``: a deadline the step
+        never acts on is a loop that never sleeps (a program that exited at once)."""
+        return bool(self.rules.rules) and self.status.lifecycle == "running"
+
     def _program_reports(self) -> bool:
         """True while the program's own OSC 7501 root record decides the state."""
         return self.terminal.records.root is not None
@@ -365,7 +371,7 @@ class ScreenState:
     def rules_deadline(self) -> float | None:
         """When ``after_step`` next has screen-rule work, or None (for the loop's timeout)."""
         progress = self._rules
-        if not self.rules.rules or self.terminal.records.root is not None:
+        if not self._rules_look() or self._program_reports():
             return None
         if progress.pending is None and progress.generation == self._looked_at():
             return None

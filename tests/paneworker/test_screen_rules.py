@@ -863,3 +863,17 @@ def test_recorded_bytes_on_a_real_pty_make_a_screen_decided_status(tmp_path: Pat
     finally:
         program.close()
         os.waitpid(program.pid, 0)
+
+
+@pytest.mark.parametrize("agent", ["demo", "claude", "gemini"])
+def test_a_pane_whose_program_exited_has_no_rules_deadline(agent: str) -> None:
+    # The rules never look at a pane whose program is gone; a deadline they would never
+    # act on kept the worker's loop from sleeping (a program that exited at once: 100 %
+    # CPU until the pane was removed, seen in CI).
+    pane = Pane(agent)
+    pane.screen.feed(b"starting\r\n")
+    assert pane.screen.rules_deadline() is not None  # something new to look at
+    pane.screen.status.set_lifecycle("exited", exit_code=1)
+    assert pane.screen.rules_deadline() is None
+    pane.step()
+    assert pane.screen.rules_deadline() is None
