@@ -258,6 +258,8 @@ def test_live_top_on_a_pty_follows_a_pane_into_blocked(services: ServiceFactory)
         # Driven by wait_any, not the 5 s refresh: seen well within it.
         assert time.monotonic() - started < 5.0, screen
         assert "permission" in _row_of(screen, "demo1"), screen
+        # The README shows this screen (docs/top-screen.txt, as the page's screenshot).
+        (REPO / "docs" / "top-screen.txt").write_text(screen.rstrip() + "\n")
         top.proc.write(b"s")
         top.wait_for(lambda s: "NAME*" in s, 5.0, "the sort column moved to NAME")
         top.proc.write(b"q")
