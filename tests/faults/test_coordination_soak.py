@@ -459,7 +459,8 @@ async def check_service(soak: Soak, where: str) -> None:
         check_reconciled(read_records(soak.state, where, ledger), panes, where, ledger)
     listed = {p["worker_pid"] for p in panes if p.get("worker_pid")}
     stray = {k for k in soak.marks.workers() if k[0] not in listed}
-    stray |= {k for k in soak.marks.all_pane_procs() if ppid(k[0]) not in listed}
+    # A pane's processes descend from its worker: a confined program is two bwraps down.
+    stray |= {k for k in soak.marks.all_pane_procs() if not _descends(k[0], listed)}
     if stray:
         assert soak.watchers is not None
         soak.watchers.start_soon(watch_strays, soak, where, stray)
@@ -485,6 +486,18 @@ def check_reconciled(
                 f"{where}: reconciliation: lease {lease.lease_id} of gone pane "
                 f"{lease.name} still reads {lease.state}"
             )
+
+
+def _descends(pid: int, ancestors: set[int]) -> bool:
+    """Whether one of ``ancestors`` is ``pid``'s parent, grandparent, …"""
+    seen: set[int] = set()
+    parent = ppid(pid)
+    while parent is not None and parent > 1 and parent not in seen:
+        if parent in ancestors:
+            return True
+        seen.add(parent)
+        parent = ppid(parent)
+    return False
 
 
 async def watch_strays(soak: Soak, where: str, stray: set[ProcKey]) -> None:
