@@ -369,18 +369,18 @@ async def test_a_sigkilled_supervisor_leaves_no_process_of_a_confined_pane(host:
     assert await apoll(lambda: not psutil.pid_exists(pane["worker_pid"]), 10)
 
 
+# `panewarden ctl` as a probe inside a pane runs it.
+CTL = [sys.executable, "-m", "supervisor", "ctl", "--json"]
+
+
+def _ctl_acquire(controller_id: str) -> list[str]:
+    """The ctl command that makes the calling pane the holder of a controller lease."""
+    authority = ["--authority-ref", "confined", "--authority-sha256", "0" * 64]
+    return [*CTL, "acquire", "--controller-id", controller_id, *authority]
+
+
 async def test_panewarden_ctl_works_from_inside_a_confined_pane(host: Host) -> None:
-    ctl = [sys.executable, "-m", "supervisor", "ctl", "--json"]
-    acquire = [
-        *ctl,
-        "acquire",
-        "--controller-id",
-        "boxed",
-        "--authority-ref",
-        "confined",
-        "--authority-sha256",
-        "0" * 64,
-    ]
+    acquire = _ctl_acquire("boxed")
     async with Client(stdio_params(host.state, **host.env())) as client:
         tools = Tools(client)
         seen = await _probe(
@@ -389,7 +389,7 @@ async def test_panewarden_ctl_works_from_inside_a_confined_pane(host: Host) -> N
             "probe",
             {
                 "acquire": ["run", json.dumps(acquire)],
-                "status": ["run", json.dumps([*ctl, "status"])],
+                "status": ["run", json.dumps([*CTL, "status"])],
             },
         )
         assert seen["acquire"].startswith("ok:rc=0 "), seen
@@ -431,10 +431,8 @@ async def test_a_confined_controller_starts_only_confined_reviewers(host: Host) 
     loose = dict(profiles["profiles"][1], name="loose", confine=False)
     profiles["profiles"].append(loose)
     (host.base / "profiles.json").write_text(json.dumps(profiles))
-    ctl = [sys.executable, "-m", "supervisor", "ctl", "--json"]
-    acquire = [*ctl, "acquire", "--controller-id", "evil", "--authority-ref", "x"]
-    acquire += ["--authority-sha256", "0" * 64]
-    start = [*ctl, "reviewer-start", "--profile", "loose", "--cwd", str(host.work)]
+    acquire = _ctl_acquire("evil")
+    start = [*CTL, "reviewer-start", "--profile", "loose", "--cwd", str(host.work)]
     start += ["--purpose", "escape", "loose-rev"]
     async with Client(stdio_params(host.state, **host.env())) as client:
         tools = Tools(client)

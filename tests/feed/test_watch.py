@@ -8,12 +8,14 @@ pyte, so "seen" means drawn on the operator's terminal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import select
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import ptyprocess
@@ -288,6 +290,20 @@ def test_a_program_in_a_pane_cannot_read_the_feed(services: ServiceFactory, tmp_
     assert answer["event"] == "error" and answer["data"]["code"] == "forbidden", answer
 
 
+@contextlib.contextmanager
+def _ready_viewers(service: Service) -> Iterator[tuple[Viewer, Viewer]]:
+    """Two viewers of pane ``m``, over HTTP and over the operator socket, both drawn."""
+    by_url = Viewer(_watch("m", "--url", service.url), _env(service))
+    by_socket = Viewer(_watch("m", "--state-dir", str(service.state_dir)), _env(service))
+    try:
+        for viewer in (by_url, by_socket):
+            viewer.wait_for("ready", 15)
+        yield by_url, by_socket
+    finally:
+        by_url.close()
+        by_socket.close()
+
+
 def _failed_in_one_line(viewer: Viewer) -> None:
     poll(lambda: not viewer.proc.isalive(), 10, what="watch to exit")
     viewer.proc.wait()
@@ -299,38 +315,24 @@ def _failed_in_one_line(viewer: Viewer) -> None:
 def test_watch_says_in_one_line_when_the_pane_goes(
     service: Service, pane: tuple[Path, Path]
 ) -> None:
-    by_url = Viewer(_watch("m", "--url", service.url), _env(service))
-    by_socket = Viewer(_watch("m", "--state-dir", str(service.state_dir)), _env(service))
-    try:
-        for viewer in (by_url, by_socket):
-            viewer.wait_for("ready", 15)
+    with _ready_viewers(service) as viewers:
 
         async def remove() -> None:
             async with connect(service.url, token_of(service)) as client:
                 ok(await call(client, "remove_pane", {"name": "m"}))
 
         run(remove())
-        for viewer in (by_url, by_socket):
+        for viewer in viewers:
             viewer.wait_for("panewarden watch: pane 'm' was removed", 10)
             _failed_in_one_line(viewer)
-    finally:
-        by_url.close()
-        by_socket.close()
 
 
 @pytest.mark.timeout(60)
 def test_watch_says_in_one_line_when_the_service_stops(
     service: Service, pane: tuple[Path, Path]
 ) -> None:
-    by_url = Viewer(_watch("m", "--url", service.url), _env(service))
-    by_socket = Viewer(_watch("m", "--state-dir", str(service.state_dir)), _env(service))
-    try:
-        for viewer in (by_url, by_socket):
-            viewer.wait_for("ready", 15)
+    with _ready_viewers(service) as viewers:
         service.stop()
-        for viewer in (by_url, by_socket):
+        for viewer in viewers:
             viewer.wait_for("panewarden watch: ", 10)
             _failed_in_one_line(viewer)
-    finally:
-        by_url.close()
-        by_socket.close()

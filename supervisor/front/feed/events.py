@@ -19,33 +19,21 @@ from __future__ import annotations
 from typing import Any
 
 from protocol.messages import ScreenFrame
+from supervisor.front.tools.pane_tools import lease_info, status_dict
 from supervisor.panes.pane import Pane
 
 FEED_EVENTS = ("status", "screen", "error")
 
 
 def status_event(pane: Pane) -> dict[str, Any]:
-    """The ``status`` event of ``pane``."""
-    s = pane.status
-    return {
-        "pane": pane.name,
-        "lifecycle": s.lifecycle,
-        "state": s.state,
-        "kind": s.kind,
-        "turn": s.turn,
-        "seq": s.seq,
-        "source": s.source,
-        "exit_code": s.exit_code,
+    """The ``status`` event of ``pane``: its PaneStatus (``pane`` names it), who runs it,
+    its lease, and whether it was removed."""
+    body = status_dict(pane.name, pane.status, pane.confined)
+    body["pane"] = body.pop("name")
+    return body | {
         "profile": pane.profile,
         "agent": pane.agent,
-        "confined": pane.confined,
-        "lease": None
-        if pane.lease is None
-        else {
-            "lease_id": pane.lease.lease_id,
-            "lease_type": pane.lease.lease_type,
-            "controller_id": pane.lease.controller_id,
-        },
+        "lease": lease_info(pane),
         "removed": pane.removed,
     }
 

@@ -40,13 +40,18 @@ def pane_info(pane: Pane) -> dict[str, Any]:
         "pid": pane.pid,
         "worker_pid": pane.handle.pid,
         "started_at": datetime.fromtimestamp(pane.started_at, UTC).isoformat(),
-        "lease": None
-        if pane.lease is None
-        else {
-            "lease_id": pane.lease.lease_id,
-            "lease_type": pane.lease.lease_type,
-            "controller_id": pane.lease.controller_id,
-        },
+        "lease": lease_info(pane),
+    }
+
+
+def lease_info(pane: Pane) -> dict[str, str] | None:
+    """The lease that tags ``pane``, as a result's ``lease`` (None without one)."""
+    if pane.lease is None:
+        return None
+    return {
+        "lease_id": pane.lease.lease_id,
+        "lease_type": pane.lease.lease_type,
+        "controller_id": pane.lease.controller_id,
     }
 
 
