@@ -115,6 +115,9 @@ def pane(service: Service, files: tuple[Path, Path]) -> tuple[Path, Path]:
     async def start() -> None:
         async with connect(service.url, token_of(service)) as client:
             ok(await call(client, "start_pane", {"name": "m", "profile": "marker"}))
+            # The program reads its FIFO from here on (a mark written before is ENXIO).
+            args = {"name": "m", "pattern": "ready", "timeout_s": 30}
+            assert ok(await call(client, "wait_output", args))["matched"]
 
     run(start())
     return files
