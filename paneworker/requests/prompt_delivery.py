@@ -321,9 +321,11 @@ class PromptDelivery:
 
         Taken = the program exited; a turn started or the pane went working or blocked;
         and for ``turn_or_cleared`` kinds also: the typed text, once seen on the cursor's
-        row, is gone from it (the prompt was cleared or the cursor moved on). A prompt
-        never seen there (shown abbreviated) counts only by status; an empty prompt counts
-        on any change of the cursor's row.
+        row, is gone from it (the prompt was cleared or the cursor moved on). An echo read
+        only after Enter, together with the cursor moving past it, is the same fact seen
+        late: the text is on more rows than before it was typed, none of them the
+        cursor's. A prompt never seen at all (shown abbreviated) counts only by status;
+        an empty prompt counts on any change of the cursor's row.
         """
         io = self._io
         status = io.screen.status
@@ -341,7 +343,7 @@ class PromptDelivery:
             # Seen now, perhaps only now: a slow echo is not a submission.
             job.seen_tail = True
             return False
-        if job.seen_tail:
+        if job.seen_tail or (job.tail and self._tail_shown(job.tail) > job.tail_shown):
             return True
         return (row, line) != (job.row, job.line) and not job.tail
 

@@ -28,7 +28,9 @@ from tests.paneworker.scripted_pane import (
 # answers each Enter; "paste" does the same with bracketed paste on; "report" also
 # reports OSC 7501 working on Enter; "ignore" echoes but never takes Enter; "late" shows
 # the line only when Enter comes and never takes it; "exit" exits on Enter; "asks" reports
-# a permission dialog as soon as a typed line ends with "!" (before any Enter).
+# a permission dialog as soon as a typed line ends with "!" (before any Enter); "batch"
+# echoes the line only when Enter comes, together with its answer (a program the loop
+# reads late: the echo and the cursor moving on arrive in one read).
 LINE_AGENT = r"""
 import json, os, sys, tty
 log_path, frames_path = sys.argv[1], sys.argv[2]
@@ -50,7 +52,7 @@ with open(log_path, "ab", buffering=0) as log:
         for key in data.replace(b"\x1b[200~", b"").replace(b"\x1b[201~", b""):
             if key != 13:
                 line += bytes([key])
-                if mode not in ("late",):
+                if mode not in ("late", "batch"):
                     os.write(1, bytes([key]))
                 if mode == "asks" and line.endswith(b"!"):
                     os.write(1, b"\r\nAllow it?\x1b]7501;state=blocked:kind=permission\x1b\\")
@@ -58,6 +60,9 @@ with open(log_path, "ab", buffering=0) as log:
                 sys.exit(0)
             elif mode == "late":
                 os.write(1, line)
+            elif mode == "batch":
+                os.write(1, line + b"\r\nok: " + line + b"\r\n> ")
+                line = b""
             elif mode != "ignore":
                 if mode in ("report", "instant"):
                     os.write(1, b"\x1b]7501;state=working\x1b\\")
@@ -122,6 +127,19 @@ def test_the_send_input_cursor_is_before_every_status_of_the_turn_it_started(
     assert isinstance(reply, Ok), reply
     assert reply.seq == before
     assert pane.screen.status.seq > before + 1  # working, then done, both after the cursor
+
+
+def test_an_echo_read_together_with_the_answer_is_a_taken_prompt(
+    scripted: Callable[..., ScriptedPane],
+) -> None:
+    """The typed text never seen on the input line before Enter, then drawn with the
+    cursor moving past it in one read: taken (it was "ambiguous" after 20 s: seen in a
+    clean-clone run, where a loaded machine read the echo only after Enter)."""
+    pane = scripted("generic", ["batch"], LINE_AGENT)
+    reply = submit(pane, "late echo")
+    assert isinstance(reply, Ok), reply
+    assert pane.shows("ok: late echo")
+    assert pane.typed() == b"late echo\r"
 
 
 def test_prompts_sent_at_once_are_typed_one_after_the_other(
