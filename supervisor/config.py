@@ -192,6 +192,11 @@ def default_state_dir(environ: Mapping[str, str]) -> Path:
     return Path(base).expanduser() / "panewarden"
 
 
+def token_file_setting(env: Mapping[str, str]) -> str | None:
+    """``PANEWARDEN_TOKEN_FILE``: the bearer token's file, for the service and its clients."""
+    return env.get("PANEWARDEN_TOKEN_FILE") or None
+
+
 def load_config(environ: Mapping[str, str] | None = None) -> ServiceConfig:
     """Read and validate the environment; raises PanewardenError(config_invalid)."""
     env = dict(os.environ if environ is None else environ)
@@ -210,7 +215,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> ServiceConfig:
             env, "PANEWARDEN_HEARTBEAT_LOSS_S", DEFAULT_HEARTBEAT_LOSS_S, 2.0, 600.0
         ),
         log_level=(env.get("PANEWARDEN_LOG_LEVEL") or "INFO").upper(),
-        token_file=env.get("PANEWARDEN_TOKEN_FILE") or None,
+        token_file=token_file_setting(env),
         clients_file=env.get("PANEWARDEN_CLIENTS") or None,
         audit_file=env.get("PANEWARDEN_AUDIT_FILE") or None,
         allowed_hosts=hosts,

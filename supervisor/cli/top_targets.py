@@ -1,8 +1,9 @@
-"""Which services ``panewarden top`` watches, and with which token.
+"""Which services ``panewarden top`` and ``watch`` talk to, and with which token.
 
 ``--url`` names one service; otherwise ``PANEWARDEN_SERVICES`` (a JSON file: a list of
-``{name, url, token_file}``) names several; otherwise ``PANEWARDEN_URL`` or the default
-loopback URL names one. A single service's token file is ``PANEWARDEN_TOKEN_FILE``.
+``{name, url, token_file}``) names several (``top`` only); otherwise ``PANEWARDEN_URL``
+or the default loopback URL names one. A single service's token file is
+``PANEWARDEN_TOKEN_FILE``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from urllib.parse import urlsplit
 
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.safe_files import FileReadError, read_regular_file
+from supervisor.config import token_file_setting
 
 DEFAULT_URL = "http://127.0.0.1:8765/mcp"
 SERVICES_FILE_LIMIT_BYTES = 64 * 1024
@@ -73,13 +75,17 @@ def load_services(path: str) -> list[Target]:
     return targets
 
 
+def single_target(url: str | None, environ: Mapping[str, str]) -> Target:
+    """The one service ``--url``, else ``PANEWARDEN_URL``, else the default URL names."""
+    where = "--url" if url is not None else "PANEWARDEN_URL"
+    chosen = url if url is not None else environ.get("PANEWARDEN_URL") or DEFAULT_URL
+    checked = check_url(chosen, where)
+    return Target(urlsplit(checked).netloc or checked, checked, token_file_setting(environ))
+
+
 def resolve_targets(url: str | None, environ: Mapping[str, str]) -> list[Target]:
     """The services to watch, from ``--url`` and the environment."""
-    token_file = environ.get("PANEWARDEN_TOKEN_FILE") or None
-    if url is not None:
-        return [Target(urlsplit(url).netloc or url, check_url(url, "--url"), token_file)]
     services = environ.get("PANEWARDEN_SERVICES")
-    if services:
+    if url is None and services:
         return load_services(services)
-    default = environ.get("PANEWARDEN_URL") or DEFAULT_URL
-    return [Target(urlsplit(default).netloc, check_url(default, "PANEWARDEN_URL"), token_file)]
+    return [single_target(url, environ)]

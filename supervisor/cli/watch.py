@@ -24,13 +24,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from supervisor.cli.top_targets import DEFAULT_URL
 from supervisor.exit_codes import EXIT_FAILED
 
 if TYPE_CHECKING:
     from supervisor.cli.watch_source import Event
     from supervisor.config import ServiceConfig
 
-DEFAULT_URL = "http://127.0.0.1:8765/mcp"
 ENTER = "\x1b[?1049h\x1b[?25l\x1b[2J"
 LEAVE = "\x1b[0m\x1b[?25h\x1b[?1049l"
 QUIT_KEYS = (b"q", b"Q", b"\x03")
@@ -47,6 +47,7 @@ def add_watch_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def _source(args: argparse.Namespace, config: ServiceConfig) -> AsyncIterator[Event]:
     from protocol.errors import PanewardenError
     from supervisor.auth.clients import read_token_file
+    from supervisor.cli.top_targets import single_target
     from supervisor.cli.watch_source import (
         WatchError,
         http_events,
@@ -62,14 +63,14 @@ def _source(args: argparse.Namespace, config: ServiceConfig) -> AsyncIterator[Ev
         record = config.state_dir / "run" / "operator"
         if config.state_dir_explicit or record.exists():
             return socket_events(operator_socket_path(config.state_dir), args.name)
-    url = url or env.get("PANEWARDEN_URL") or DEFAULT_URL
-    if config.token_file is None:
-        raise WatchError("PANEWARDEN_TOKEN_FILE is needed to watch over HTTP")
     try:
-        token = read_token_file(config.token_file)
+        target = single_target(url, env)
+        if target.token_file is None:
+            raise WatchError("PANEWARDEN_TOKEN_FILE is needed to watch over HTTP")
+        token = read_token_file(target.token_file)
     except PanewardenError as exc:
         raise WatchError(exc.message) from None
-    return http_events(url, token, args.name)
+    return http_events(target.url, token, args.name)
 
 
 def watch_command(args: argparse.Namespace, config: ServiceConfig) -> int:

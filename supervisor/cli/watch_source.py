@@ -31,10 +31,9 @@ class WatchError(Exception):
 
 
 def feed_url(url: str, pane: str | None) -> str:
-    """The ``/feed`` URL on the origin of ``url`` (a service's ``/mcp`` URL or its root)."""
+    """The ``/feed`` URL on the origin of ``url`` (a service's ``/mcp`` URL or its root,
+    checked by ``top_targets.check_url``)."""
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise WatchError(f"{url!r} is not an http:// URL")
     query = urllib.parse.urlencode({"pane": pane}) if pane is not None else ""
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, FEED_PATH, query, ""))
 

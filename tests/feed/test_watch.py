@@ -212,6 +212,9 @@ def test_watch_refusals_are_one_line(
         "unknown pane, socket": (["zz", "--state-dir", str(service.state_dir)], env, "no pane"),
         "no service": (["m", "--url", "http://127.0.0.1:9/mcp"], env, "cannot reach"),
         "no local service": (["m", "--state-dir", str(tmp_path)], env, "no service is running"),
+        # Checked as top checks it (one home): it was taken as given and dialled.
+        "bad url": (["m", "--url", "ftp://x/mcp"], env, "is not an http:// or https:// URL"),
+        "bad PANEWARDEN_URL": (["m"], env | {"PANEWARDEN_URL": "x"}, "PANEWARDEN_URL: 'x'"),
     }
     for what, (args, environ, needle) in cases.items():
         done = _one_shot(args, environ)
