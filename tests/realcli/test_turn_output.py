@@ -48,7 +48,10 @@ async def test_a_receipt_holds_its_own_turn_and_not_the_one_before(
         done = await tools.call(
             "handoff", creds=creds, name=cli, text=f"SAY: {word} reply", timeout_s=60
         )
-        assert len(done["completed"]) == 1, f"{cli}: {done}"
+        if len(done["completed"]) != 1:
+            shown = (await tools.call("read_output", name=cli, scrollback=True))["text"]
+            status = await tools.call("get_status", name=cli)
+            pytest.fail(f"{cli}: {word}: {done}\n{status}\n{shown}")
         (item,) = done["completed"]
         assert item["status"]["state"] == "done", done
         outputs.append(item["output"])
