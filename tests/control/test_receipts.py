@@ -3,15 +3,18 @@
 relay returns a receipt once the prompt's turn began; an outstanding receipt blocks new
 prompts; collection returns exactly that turn (never a later one); batches in request
 order or first-to-settle; a blocked turn stays collectable; ambiguous deliveries stay
-reserved until abandoned on a settled pane; targets not leased by the caller are refused
-with nothing typed; a re-created pane fails its receipts; no record holds content.
+reserved until abandoned on a settled pane (and notified as ``receipt_ambiguous``);
+targets not leased by the caller are refused with nothing typed; a re-created pane fails
+its receipts; no record holds content.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import signal
 import sys
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
@@ -21,7 +24,7 @@ import pytest
 from supervisor.store.locks import hold_sync
 from supervisor.store.statedir import atomic_write
 from tests.conftest import Tools
-from tests.control.conftest import Coord
+from tests.control.conftest import Coord, stdio_service
 from tests.control.support import (
     AUTHORITY_SHA,
     Controller,
@@ -34,9 +37,30 @@ from tests.control.support import (
     send_signal,
 )
 from tests.faults import sigkill_all
+from tests.notify.listeners import Recorder
 from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def hook() -> Iterator[Recorder]:
+    """A webhook hearing this module's service's ``receipt_ambiguous`` events."""
+    with Recorder() as recorder:
+        yield recorder
+
+
+@pytest.fixture(scope="module")
+async def coord(tmp_path_factory: pytest.TempPathFactory, hook: Recorder) -> AsyncIterator[Coord]:
+    """The module's stdio service, with notifications to ``hook``."""
+    tmp = tmp_path_factory.mktemp("coord")
+    notify = tmp / "notify.json"
+    webhook = {"url": hook.url, "events": ["receipt_ambiguous"]}
+    notify.write_text(json.dumps({"webhooks": [webhook]}))
+    notify.chmod(0o600)
+    async with stdio_service(tmp, PANEWARDEN_NOTIFY=str(notify)) as running:
+        yield running
+
 
 SETTLE_S = 30
 
@@ -236,7 +260,7 @@ async def test_collecting_right_after_the_answer_never_returns_the_answered_dial
 
 
 async def test_ambiguous_delivery_stays_reserved_until_abandoned_on_a_settled_pane(
-    coord: Coord,
+    coord: Coord, hook: Recorder
 ) -> None:
     # Scenario 16: the program is stopped, so the typed prompt is not taken (the worker
     # reports the delivery ambiguous); when it runs on, it takes the prompt late.
@@ -249,6 +273,13 @@ async def test_ambiguous_delivery_stays_reserved_until_abandoned_on_a_settled_pa
         assert refused["code"] == "delivery_ambiguous", refused
         (entry,) = [r for r in receipt_records(coord.state).values() if r.name == "s16"]
         assert entry.state == "reserved"
+        # The operator hears of it: the notification names the pane, not the prompt.
+        await apoll(
+            lambda: any(a.body["pane"] == "s16" for a in hook.arrivals), 5, what="the webhook"
+        )
+        (heard,) = [a for a in hook.arrivals if a.body["pane"] == "s16"]
+        assert heard.body["event"] == "receipt_ambiguous", heard.body
+        assert b"taken late" not in heard.raw
         blocked = await ctl.error("relay", name="s16", text="refused")
         assert blocked["code"] == "receipt_outstanding", blocked
         seen = await coord.tools.call("get_status", name="s16")

@@ -1,9 +1,10 @@
 """Notifications from a real service (stdio, demo panes) to real local endpoints.
 
 A webhook hears ``blocked`` then ``done`` within 1 s of each status change; a SIGKILLed
-worker is ``lost``; a command gets the same body on stdin with a minimal environment; a
-hanging endpoint does not slow ``get_status`` and its timeouts show in
-``service_status``; a bad file is ``config_invalid`` at start.
+worker is ``lost``; a watchdog that reached its nudge cap is ``watchdog_gave_up``; a
+command gets the same body on stdin with a minimal environment; a hanging endpoint does
+not slow ``get_status`` and its timeouts show in ``service_status``; a bad file is
+``config_invalid`` at start. (``receipt_ambiguous``: tests/control/test_receipts.py.)
 """
 
 from __future__ import annotations
@@ -126,6 +127,63 @@ async def test_blocked_then_done_within_a_second_then_lost_and_the_command_gets_
             await tools.call("remove_pane", name="n1")
         # A removed pane says nothing more: no `exited` for a deliberate removal.
         assert "exited" not in hook.events()
+
+
+@pytest.mark.timeout(90)
+async def test_the_watchdog_giving_up_is_heard(state_dir: Path, tmp_path: Path) -> None:
+    # One nudge allowed (the cap), at the smallest idle timeout (10 s): the nudge's own
+    # turn ends, 10 s pass again, and the watchdog gives up and says so.
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text(
+        json.dumps(
+            {
+                "profiles": [
+                    {
+                        "name": "dog",
+                        "agent": "demo",
+                        "argv": [sys.executable, "-m", "supervisor.demo.agent"],
+                        "cwds": [str(tmp_path)],
+                        "watchdog": {
+                            "idle_timeout_secs": 10,
+                            "nudge_text": "keep going",
+                            "max_consecutive_nudges": 1,
+                        },
+                    }
+                ]
+            }
+        )
+    )
+    with Recorder() as hook:
+        notify = write_notify(
+            tmp_path / "notify.json",
+            {"webhooks": [{"url": hook.url, "events": ["watchdog_gave_up"]}]},
+        )
+        env = {
+            "PANEWARDEN_NOTIFY": str(notify),
+            "PANEWARDEN_PROFILES": str(profiles),
+            "PANEWARDEN_WATCHDOG_PERIOD_S": "0.2",
+        }
+        async with Client(stdio_params(state_dir, **env)) as client:
+            tools = Tools(client)
+            await tools.call("start_pane", name="w", profile="dog", cwd=str(tmp_path))
+            await tools.wait("w", until=["idle"])
+            before = (await tools.call("get_status", name="w"))["seq"]
+            await tools.call("send_input", name="w", text="first task")
+            first = await tools.wait("w", after=before, until=["done"])
+            assert first["turn"] == 1
+            # The nudge is turn 2; nothing else moves the pane.
+            nudged = await tools.wait("w", after=first["seq"], until=["done"], timeout_s=30)
+            assert nudged["turn"] == 2, nudged
+            await apoll(lambda: hook.arrivals, 30, what="the watchdog_gave_up webhook")
+            (heard,) = hook.arrivals
+            assert set(heard.body) == BODY_KEYS
+            assert heard.body["event"] == "watchdog_gave_up"
+            assert (heard.body["pane"], heard.body["profile"]) == ("w", "dog")
+            assert (heard.body["state"], heard.body["turn"]) == ("done", 2)
+            assert b"keep going" not in heard.raw
+            # (That it gives up once and stays given up is the watchdog's own test's.)
+            assert (await tools.call("get_status", name="w"))["turn"] == 2
+            await tools.call("remove_pane", name="w")
 
 
 def p99(samples: list[float]) -> float:
