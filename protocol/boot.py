@@ -6,6 +6,8 @@ argv or the environment of any process.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from protocol.agents.table import AGENT_KINDS
@@ -24,6 +26,10 @@ OVERFLOW_POLICIES = ("throttle", "drop")
 DEFAULT_OUTPUT_BUFFER_MB = 32
 OUTPUT_BUFFER_MB_MIN, OUTPUT_BUFFER_MB_MAX = 1, 1024
 MIB = 1024 * 1024
+
+
+# How a pane's program is spoken to (a profile's ``protocol``).
+PaneProtocol = Literal["terminal", "acp"]
 
 
 class PaneLaunch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -52,6 +58,9 @@ class PaneLaunch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # socket the worker's egress proxy listens on for them (bound into the sandbox).
     egress: list[Destination] = []
     egress_socket: str = ""
+    # How the worker speaks to the program: a terminal on a PTY, or the Agent Client
+    # Protocol over its stdin/stdout (paneworker.acp).
+    protocol: PaneProtocol = "terminal"
 
 
 class BootRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

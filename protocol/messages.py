@@ -16,7 +16,7 @@ from protocol.timing import KILL_GRACE_S
 Lifecycle = Literal["starting", "running", "exited", "lost"]
 AgentState = Literal["unknown", "idle", "working", "blocked", "done", "error", "cancelled"]
 BlockedKind = Literal["permission", "question", "auth"]
-StatusSource = Literal["osc7501", "title", "screen", "none"]
+StatusSource = Literal["osc7501", "title", "screen", "acp", "none"]
 DialogAnswer = Literal["allow_once", "deny_once"]
 # How a turn's output was cut from the screen: from the mark the worker set when the
 # prompt was typed ("turn"), or, with no usable mark, the newest lines ("newest": they
@@ -26,6 +26,17 @@ OutputCut = Literal["turn", "newest"]
 
 class _Msg(msgspec.Struct, tag_field="op"):
     """Base of every frame; the ``op`` tag is the class name in snake case."""
+
+
+class TokenUsage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What an agent reported it used (an ACP pane's prompt result: ``usage``)."""
+
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    thought_tokens: int | None = None
+    cached_read_tokens: int | None = None
+    cached_write_tokens: int | None = None
 
 
 class PaneStatusFields(msgspec.Struct, frozen=True):
@@ -38,6 +49,8 @@ class PaneStatusFields(msgspec.Struct, frozen=True):
     seq: int
     source: StatusSource
     exit_code: int | None = None
+    # The agent's own token count, when it reports one (ACP panes); not part of seq.
+    usage: TokenUsage | None = None
 
 
 # ---------------------------------------------------------------- to worker

@@ -48,8 +48,11 @@ PANEWORKER_ROOMS: dict[str, set[str]] = {
     "status": set(),
     "screen": {"status", "procs"},
     "requests": {"screen", "status", "procs"},
-    "loop": {"requests", "screen", "status", "procs", "confine"},
-    "template": {"loop", "requests", "screen", "status", "procs", "confine"},
+    # The ACP substrate draws into a pane's screen and drives its status machine; the
+    # requests room reaches it only through its own Substrate protocol, the loop wires it.
+    "acp": {"screen", "status"},
+    "loop": {"acp", "requests", "screen", "status", "procs", "confine"},
+    "template": {"loop", "acp", "requests", "screen", "status", "procs", "confine"},
 }
 # The top of paneworker/ holds only the package and its ``python -m`` entry.
 PANEWORKER_TOP = {"__init__": set[str](), "__main__": {"loop"}}

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import zmq
 
+from paneworker.acp.pipes import PipeProgram
+from paneworker.acp.session import AcpSession
 from paneworker.confine.egress_proxy import EgressProxy, start_egress
 from paneworker.loop.link import SupervisorLink
 from paneworker.loop.pacing import BUSY_SCAN_S, ScanPacer
@@ -33,7 +35,7 @@ from paneworker.requests.handler import RequestHandler
 from paneworker.requests.pane_io import PaneIO
 from paneworker.screen.emulator import ScreenModel
 from paneworker.screen.state import ScreenState
-from paneworker.status.screen_rules import load_rules
+from paneworker.status.screen_rules import RuleSet, load_rules
 from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
 from protocol.messages import Descendants, Exited, Heartbeat, Hello
@@ -75,41 +77,62 @@ class PaneWorker:
         with contextlib.suppress(OSError):
             os_calls.set_process_name(WORKER_PROCESS_NAME)
         rules_dir = Path(boot.launch.rules_dir) if boot.launch.rules_dir else None
+        acp = boot.launch.protocol == "acp"
         self.screen = ScreenState(
             boot,
             lambda msg: self.link.send(msg),
-            rules=load_rules(boot.launch.agent, rules_dir),
+            # An ACP pane's status comes from the protocol: no screen rule looks.
+            rules=RuleSet(boot.launch.agent, 0, (), "acp")
+            if acp
+            else load_rules(boot.launch.agent, rules_dir),
             spare=spare,
         )
         self.program: Program | None = None
+        # An ACP pane: its program on pipes and the session spoken over them.
+        self.pipes: PipeProgram | None = None
+        self.acp: AcpSession | None = None
         self.spawn_error: str | None = None
         self.egress: EgressProxy | None = None
         try:
             # The proxy's socket must exist before the sandbox binds it in.
             self.egress = start_egress(boot.launch)
-            self.program = Program(
-                boot.launch.argv,
-                boot.launch.cwd,
-                boot.launch.env,
-                boot.launch.cols,
-                boot.launch.rows,
-                sandboxed=boot.launch.confined,
-            )
+            if acp:
+                self.pipes = PipeProgram(boot.launch.argv, boot.launch.cwd, boot.launch.env)
+            else:
+                self.program = Program(
+                    boot.launch.argv,
+                    boot.launch.cwd,
+                    boot.launch.env,
+                    boot.launch.cols,
+                    boot.launch.rows,
+                    sandboxed=boot.launch.confined,
+                )
         except OSError as exc:
             self.spawn_error = f"{type(exc).__name__}: {exc.strerror or exc}"
+        # (An ACP pane's screen answers no queries: nothing of it is the program's.)
         self.screen.attach(self.program)
         self.screen.keepalive = self._keepalive
-        if self.program is not None:
-            self.reaper.note_spawned(self.program.pid)
+        self.link = SupervisorLink(boot.endpoint, boot.instance)
+        pid = self.child_pid
+        if pid is not None:
+            self.reaper.note_spawned(pid)
             self.screen.status.set_lifecycle("running")
         else:
             self.screen.status.set_lifecycle("exited", exit_code=None)
-        self.link = SupervisorLink(boot.endpoint, boot.instance)
+        if self.pipes is not None:
+            self.acp = AcpSession(
+                self.pipes,
+                self.screen,
+                lambda msg: self.link.send(msg),
+                boot.launch.cwd,
+                name=boot.launch.pane,
+            )
         self.requests = RequestHandler(
             PaneIO(lambda: self.program, self.screen, self.link.send),
             self,
             boot.launch.agent,
             name=boot.launch.pane,
+            substrate=self.acp,
         )
         self.timers = Timers()
         self.running = True
@@ -118,6 +141,13 @@ class PaneWorker:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._stop_signal: int | None = None
+
+    @property
+    def child_pid(self) -> int | None:
+        """The program's pid (its session id), whichever substrate runs it."""
+        if self.program is not None:
+            return self.program.pid
+        return self.pipes.pid if self.pipes is not None else None
 
     # ------------------------------------------------------------ messaging
 
@@ -129,7 +159,7 @@ class PaneWorker:
             instance=self.boot.instance,
             proof=self.boot.secret,
             worker_pid=os.getpid(),
-            child_pid=self.program.pid if self.program else None,
+            child_pid=self.child_pid,
             status=self.screen.status.snapshot(),
             started_at=self.started_at,
             spawn_error=self.spawn_error,
@@ -152,22 +182,26 @@ class PaneWorker:
         poller = zmq.Poller()
         poller.register(self.link.socket, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
-        pty_mask = 0
+        registered: dict[int, int] = {}
         try:
             while self.running:
-                want = self._pty_mask()
-                if want != pty_mask and self.program is not None:
-                    if pty_mask:
-                        poller.unregister(self.program.fd)
-                    if want:
-                        poller.register(self.program.fd, want)
-                    pty_mask = want
+                wanted = self._fd_masks()
+                for fd in [fd for fd in registered if fd not in wanted]:
+                    poller.unregister(fd)
+                    del registered[fd]
+                for fd, mask in wanted.items():
+                    if registered.get(fd) != mask:
+                        poller.register(fd, mask)  # (re-registering modifies)
+                        registered[fd] = mask
                 events = dict(poller.poll(self._poll_timeout_ms()))
                 if self._wake_r in events and self._drain_wake():
                     self.timers.scan.activity(time.monotonic())
                 if self.program is not None and self.program.fd in events:
                     self.timers.scan.activity(time.monotonic())
                     self._service_pty(events[self.program.fd])
+                if self.acp is not None and any(fd in events for fd in registered):
+                    self.timers.scan.activity(time.monotonic())
+                    self._service_pipes()
                 if self.link.socket in events:
                     for msg in self.link.receive_ready():
                         self.timers.last_rx = time.monotonic()
@@ -182,6 +216,27 @@ class PaneWorker:
         finally:
             self._shutdown()
         return 0
+
+    def _fd_masks(self) -> dict[int, int]:
+        """The program's fds the loop polls now, with what for."""
+        pipes = self.pipes
+        if pipes is not None:
+            masks: dict[int, int] = {}
+            if not pipes.eof:
+                masks[pipes.fd] = zmq.POLLIN
+            if pipes.stderr_fd is not None:
+                masks[pipes.stderr_fd] = zmq.POLLIN
+            if pipes.wants_write and pipes.stdin_fd is not None:
+                masks[pipes.stdin_fd] = zmq.POLLOUT
+            return masks
+        want = self._pty_mask()
+        return {self.program.fd: want} if want and self.program is not None else {}
+
+    def _service_pipes(self) -> None:
+        assert self.pipes is not None and self.acp is not None
+        self.pipes.flush()
+        self.acp.receive()
+        self.pipes.flush()
 
     def _pty_mask(self) -> int:
         prog = self.program
@@ -201,6 +256,7 @@ class PaneWorker:
         nxt = min(t.heartbeat_at, t.scan.next_at, self.requests.next_deadline())
         screen = self.screen
         for due in (
+            None if self.acp is None else self.acp.next_deadline(),
             screen.rules_deadline(),
             screen.parse_deadline(),
             screen.compact_deadline(),
@@ -241,6 +297,8 @@ class PaneWorker:
             )
             self.running = False
         self.requests.run_due(now)
+        if self.acp is not None:
+            self.acp.run_due(now)
 
     def _check_orphaned(self, now: float) -> None:
         t = self.timers
@@ -265,7 +323,7 @@ class PaneWorker:
         self.link.send(
             Descendants(
                 procs=sorted(self.reaper.recorded),
-                session_id=self.program.pid if self.program else None,
+                session_id=self.child_pid,
             )
         )
 
@@ -285,15 +343,19 @@ class PaneWorker:
             self._note_reaped(pid, wait_status)
 
     def _note_reaped(self, pid: int, wait_status: int) -> None:
-        prog = self.program
-        if prog is None or pid != prog.pid or self.exit_reported:
+        if pid != self.child_pid or self.exit_reported:
             return
-        prog.mark_reaped()
-        # Whatever the program printed last is still in the PTY buffer.
-        self.screen.drain_to_end()
-        self.screen.catch_up()
         exit_code = os.waitstatus_to_exitcode(wait_status)
-        result = self.reaper.kill_tree(prog.pid, grace_s=self.boot.launch.kill_grace_s)
+        if self.program is not None:
+            self.program.mark_reaped()
+            # Whatever the program printed last is still in the PTY buffer.
+            self.screen.drain_to_end()
+        if self.pipes is not None and self.acp is not None:
+            self.pipes.mark_reaped(exit_code)
+            # What it wrote last is still in the pipe; then its session is over.
+            self.acp.program_exited()
+        self.screen.catch_up()
+        result = self.reaper.kill_tree(pid, grace_s=self.boot.launch.kill_grace_s)
         for other_pid, other_status in result.reaped:
             if other_pid != pid:
                 continue
@@ -316,10 +378,10 @@ class PaneWorker:
 
     def kill_everything(self, grace_s: float) -> tuple[int | None, int]:
         """Kill the program's tree; returns (exit code, processes signalled)."""
-        prog = self.program
-        if prog is None:
+        pid = self.child_pid
+        if pid is None:
             return None, 0
-        result = self.reaper.kill_tree(prog.pid, grace_s=grace_s)
+        result = self.reaper.kill_tree(pid, grace_s=grace_s)
         for pid, wait_status in result.reaped:
             self._note_reaped(pid, wait_status)
         self._reap_children()
@@ -362,6 +424,8 @@ class PaneWorker:
                 self.egress.stop()
             if self.program is not None:
                 self.program.close()
+            if self.pipes is not None:
+                self.pipes.close()
             # Long enough for a final Closed/Exited frame, bounded if nobody listens.
             self.link.close(linger_ms=500)
             signal.set_wakeup_fd(-1)

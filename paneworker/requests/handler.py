@@ -63,6 +63,23 @@ class PaneControl(Protocol):
         ...
 
 
+class Substrate(Protocol):
+    """What speaks to the program when it is not a terminal (an ACP pane's session):
+    prompts, dialog answers, interrupts and a turn's own output go through it."""
+
+    def write_input(self, msg: WriteInput) -> None:
+        """Send the prompt; raises PanewardenError when refused."""
+
+    def answer_dialog(self, msg: AnswerDialog) -> None:
+        """Answer the permission request shown; raises PanewardenError when refused."""
+
+    def interrupt(self, rid: int) -> None:
+        """Cancel the turn in flight; raises PanewardenError when refused."""
+
+    def turn_text(self, cursor: int, lines: int | None) -> str | None:
+        """The output of the turn the input at ``cursor`` started, or None."""
+
+
 class RequestHandler:
     """Dispatches ``ToWorker`` requests; runs the delayed steps they schedule."""
 
@@ -76,10 +93,13 @@ class RequestHandler:
         clock: Callable[[], float] = time.monotonic,
         dialog_settle_s: float = DIALOG_SETTLE_S,
         dialog_appear_s: float = DIALOG_APPEAR_TIMEOUT_S,
+        substrate: Substrate | None = None,
     ) -> None:
         """``io``: the pane's program, screen and replies; ``pane``: what closes it;
-        ``agent``: its kind (dialogs, Enter); ``name``: the pane, for log lines."""
+        ``agent``: its kind (dialogs, Enter); ``name``: the pane, for log lines;
+        ``substrate``: what prompts go through instead of the terminal (ACP panes)."""
         self.io = io
+        self.substrate = substrate
         self.screen = io.screen
         self._pane = pane
         self._name = name
@@ -128,6 +148,8 @@ class RequestHandler:
             self.io.fail(rid, PanewardenError(ErrorCode.INTERNAL, "internal worker error"))
 
     def _dispatch(self, msg: ToWorker) -> None:
+        if self.substrate is not None and self._dispatch_substrate(self.substrate, msg):
+            return
         match msg:
             case Ping(rid=rid):
                 self.io.ok(rid)
@@ -159,6 +181,24 @@ class RequestHandler:
                 self.io.ok(rid)
             case _:
                 raise PanewardenError(ErrorCode.INVALID_ARGUMENT, "unsupported request")
+
+    def _dispatch_substrate(self, substrate: Substrate, msg: ToWorker) -> bool:
+        """The requests a substrate answers instead of the terminal; True if handled."""
+        match msg:
+            case WriteInput():
+                substrate.write_input(msg)
+            case AnswerDialog():
+                substrate.answer_dialog(msg)
+            case Interrupt(rid=rid):
+                substrate.interrupt(rid)
+            case Resize(rid=rid, cols=cols, rows=rows):
+                # No window size on pipes: only the pane's own screen changes.
+                self.screen.catch_up()
+                self.screen.terminal.resize(cols, rows)
+                self.io.ok(rid)
+            case _:
+                return False
+        return True
 
     # ------------------------------------------------------------ requests
 
@@ -200,7 +240,11 @@ class RequestHandler:
             )
         text = None
         cut: OutputCut | None = None
-        if msg.since_input is not None:
+        if msg.since_input is not None and self.substrate is not None:
+            # The turn's own output, exactly (no screen cut), when the substrate has it.
+            text = self.substrate.turn_text(msg.since_input, msg.lines)
+            cut = "turn" if text is not None else None
+        if msg.since_input is not None and text is None:
             text = screen.turn_text(msg.since_input, msg.lines)
             cut = "turn" if text is not None else "newest"
         if text is None:

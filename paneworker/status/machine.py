@@ -26,6 +26,7 @@ from protocol.messages import (
     Lifecycle,
     PaneStatusFields,
     StatusSource,
+    TokenUsage,
 )
 from protocol.status import ENDED_LIFECYCLES, SETTLED_STATES, state_after_death
 from protocol.timing import STATUS_HISTORY_RECORDS
@@ -48,6 +49,8 @@ class StatusMachine:
         self.seq = seq
         self.source: StatusSource = "none"
         self.exit_code: int | None = None
+        # The agent's own token count (ACP panes): carried by records, not a change.
+        self.usage: TokenUsage | None = None
         self._in_turn = False
         self._turn_cancelled = False
         self._input_seen = turn > 0
@@ -68,6 +71,7 @@ class StatusMachine:
             seq=self.seq,
             source=self.source,
             exit_code=self.exit_code,
+            usage=self.usage,
         )
 
     @property

@@ -149,6 +149,7 @@ class PaneLifecycle:
                     confined=confined,
                     egress=[] if sandbox is None else sandbox.egress,
                     egress_socket="" if sandbox is None else sandbox.egress_socket,
+                    protocol="acp" if spec.protocol == "acp" else "terminal",
                 )
             )
             pane = Pane(

@@ -50,6 +50,8 @@ class LaunchSpec:
     # The profile's emulator; None: the service's default.
     emulator: str | None = None
     confinement: ConfineSettings = field(default_factory=ConfineSettings)
+    # "terminal" (a PTY) or "acp" (the Agent Client Protocol on the program's stdio).
+    protocol: str = "terminal"
 
 
 def _account() -> tuple[str, str]:

@@ -96,6 +96,8 @@ class ProfileEntry(Struct, forbid_unknown_fields=True, frozen=True):
     writable: tuple[str, ...] = ()
     hide: tuple[str, ...] = ()
     network: Literal["host", "none"] | tuple[str, ...] = "host"
+    # How the worker speaks to the program (docs/operations.md, "ACP panes").
+    protocol: Literal["terminal", "acp"] = "terminal"
 
 
 class ProfilesDocument(Struct, forbid_unknown_fields=True, frozen=True):
@@ -150,6 +152,7 @@ class Profile:
     colorterm: bool = False
     emulator: str | None = None
     confinement: ConfineSettings = field(default_factory=ConfineSettings)
+    protocol: str = "terminal"
 
 
 @dataclass(frozen=True)
@@ -312,6 +315,7 @@ def build_profile(where: str, entry: ProfileEntry) -> Profile:
         confinement=build_confinement(
             where, entry.confine, entry.writable, entry.hide, entry.network
         ),
+        protocol=entry.protocol,
     )
 
 

@@ -173,6 +173,7 @@ class ProfileSet:
             watchdog=None if arbitrary else profile.watchdog,
             emulator=profile.emulator,
             confinement=profile.confinement,
+            protocol=profile.protocol,
         )
 
     def _caller_argv(

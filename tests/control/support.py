@@ -43,6 +43,7 @@ def demo_argv(mark: str, step_s: float | None = None) -> list[str]:
 
 
 SCRIPTED_AGENT = Path(__file__).with_name("scripted_agent.py")
+FAKE_ACP_AGENT = Path(__file__).parent.parent / "acp" / "fake_acp_agent.py"
 
 
 def coordination_profiles(marks: Marks) -> dict[str, Any]:
@@ -64,6 +65,14 @@ def coordination_profiles(marks: Marks) -> dict[str, Any]:
                 "agent": "demo",
                 "argv": [f"/nonexistent/{marks.run}/agent", marks.arg(2)],
                 "cwds": ["/"],
+            },
+            {
+                # The same turns on the other substrate: the fake ACP agent.
+                "name": "acp",
+                "agent": "generic",
+                "argv": [sys.executable, str(FAKE_ACP_AGENT), marks.arg(4)],
+                "cwds": ["/"],
+                "protocol": "acp",
             },
             {
                 "name": "scripted",

@@ -147,22 +147,24 @@ async def test_reviewer_close_refuses_a_stale_seq_and_a_busy_pane(coord: Coord) 
     assert closed["state"] == "closed"
 
 
-async def test_reviewer_close_captures_and_closes_in_one_step(coord: Coord) -> None:
-    # Scenario 25.
-    ctl = await acquire(coord.tools, "s25")
-    lease = await ctl.reviewer("s25")
-    done = await ctl.call("handoff", name="s25", text="something to capture", timeout_s=SETTLE_S)
+@pytest.mark.parametrize("profile", ["demo", "acp"])
+async def test_reviewer_close_captures_and_closes_in_one_step(coord: Coord, profile: str) -> None:
+    # Scenario 25, on a terminal pane and on an ACP pane (fake agent).
+    name = "s25" if profile == "demo" else f"s25-{profile}"
+    ctl = await acquire(coord.tools, name)
+    lease = await ctl.reviewer(name, profile=profile)
+    done = await ctl.call("handoff", name=name, text="something to capture", timeout_s=SETTLE_S)
     seq = done["completed"][0]["status"]["seq"]
-    pane = await pane_info(coord.tools, "s25")
+    pane = await pane_info(coord.tools, name)
     tree = [key_of(pane["pid"]), key_of(pane["worker_pid"])]
     assert None not in tree
-    screen = await coord.tools.call("read_output", name="s25", lines=10_000, scrollback=True)
+    screen = await coord.tools.call("read_output", name=name, lines=10_000, scrollback=True)
     assert screen["seq"] == seq and "reply: something to capture" in screen["text"]
     closed = await ctl.call("reviewer_close", lease_id=lease["lease_id"], expected_seq=seq)
     assert (closed["state"], closed["closed_seq"]) == ("closed", seq)
     assert closed["capture_sha256"] == hashlib.sha256(screen["text"].encode()).hexdigest()
     assert [k for k in tree if k is not None and alive(k)] == []
-    assert not [p for p in (await coord.tools.call("list_panes"))["panes"] if p["name"] == "s25"]
+    assert not [p for p in (await coord.tools.call("list_panes"))["panes"] if p["name"] == name]
     assert await lease_of(coord, "reviewer", lease["lease_id"]) == closed
     refused = await ctl.error("reviewer_close", lease_id=lease["lease_id"], expected_seq=seq)
     assert refused["code"] == "lease_state", refused

@@ -134,14 +134,16 @@ async def test_second_relay_is_refused_while_a_receipt_is_outstanding(coord: Coo
     assert [c["status"]["turn"] for c in nxt["completed"]] == [2], nxt
 
 
+@pytest.mark.parametrize("profile", ["demo", "acp"])
 async def test_collect_returns_that_turn_and_replays_it_until_the_pane_moves_on(
-    coord: Coord,
+    coord: Coord, profile: str
 ) -> None:
-    # Scenarios 11 and 12.
-    ctl = await acquire(coord.tools, "s11")
-    await ctl.reviewer("s11")
+    # Scenarios 11 and 12, on a terminal pane and on an ACP pane (fake agent).
+    pane = "s11" if profile == "demo" else f"s11-{profile}"
+    ctl = await acquire(coord.tools, pane)
+    await ctl.reviewer(pane, profile=profile)
     first_text = f"first {secrets.token_hex(4)}"
-    first = (await ctl.call("relay", name="s11", text=first_text))["receipt"]
+    first = (await ctl.call("relay", name=pane, text=first_text))["receipt"]
     got = await collect(ctl, first)
     (item,) = got["completed"]
     assert (item["receipt"], item["status"]["state"], item["status"]["turn"]) == (first, "done", 1)
@@ -153,7 +155,7 @@ async def test_collect_returns_that_turn_and_replays_it_until_the_pane_moves_on(
 
     # A later turn: the first receipt's replay keeps its status and returns no output.
     later_text = f"later {secrets.token_hex(4)}"
-    later = await ctl.call("handoff", name="s11", text=later_text, timeout_s=SETTLE_S)
+    later = await ctl.call("handoff", name=pane, text=later_text, timeout_s=SETTLE_S)
     assert [c["status"]["turn"] for c in later["completed"]] == [2], later
     later_output = later["completed"][0]["output"]
     assert f"reply: {later_text}" in later_output

@@ -6,7 +6,7 @@ TypedDicts, from which the SDK publishes the output schemas.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NotRequired
 
 import msgspec
 from typing_extensions import TypedDict
@@ -103,7 +103,7 @@ class SettledStatusResult(TypedDict):
     kind: Literal["permission", "question", "auth"] | None
     turn: int
     seq: int
-    source: Literal["osc7501", "title", "screen", "none"]
+    source: Literal["osc7501", "title", "screen", "acp", "none"]
     exit_code: int | None
 
 
@@ -116,6 +116,22 @@ class LeaseInfo(TypedDict):
 class PaneStatusResult(SettledStatusResult):
     # The program runs in a sandbox (docs/operations.md, "Confined panes").
     confined: bool
+
+
+class TokenUsageResult(TypedDict):
+    """What the agent reported it used (ACP panes whose agent reports it)."""
+
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    thought_tokens: NotRequired[int]
+    cached_read_tokens: NotRequired[int]
+    cached_write_tokens: NotRequired[int]
+
+
+class ReportedStatusResult(PaneStatusResult):
+    # The agent's token usage, when it reports one (docs/operations.md, "ACP panes").
+    usage: NotRequired[TokenUsageResult]
 
 
 class PaneInfoResult(PaneStatusResult):
@@ -152,13 +168,13 @@ class ReadOutputResult(TypedDict):
 
 
 class WaitStatusResult(TypedDict):
-    status: PaneStatusResult
+    status: ReportedStatusResult
     timed_out: bool
 
 
 class WaitAnyResult(TypedDict):
     name: str | None
-    status: PaneStatusResult | None
+    status: ReportedStatusResult | None
     timed_out: bool
 
 

@@ -3,6 +3,7 @@
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 from mcp.server.mcpserver import Context
 
 from protocol.errors import ErrorCode, PanewardenError
@@ -29,6 +30,15 @@ def status_dict(name: str, s: PaneStatusFields, confined: bool) -> dict[str, Any
         "source": s.source,
         "exit_code": s.exit_code,
     }
+
+
+def reported_status(name: str, s: PaneStatusFields, confined: bool) -> dict[str, Any]:
+    """PaneStatus as get_status and the waits return it: with the agent's token ``usage``
+    when it reported one (ACP panes; list_panes' ``usage`` is the process tree's)."""
+    body = status_dict(name, s, confined)
+    if s.usage is not None:
+        body["usage"] = msgspec.to_builtins(s.usage)
+    return body
 
 
 def pane_info(pane: Pane) -> dict[str, Any]:
@@ -94,14 +104,17 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
 
     async def get_status(a: ts.NameArgs, _ctx: Context) -> dict[str, Any]:
         pane = await service.registry.ready(a.name)
-        return status_dict(pane.name, pane.status, pane.confined)
+        return reported_status(pane.name, pane.status, pane.confined)
 
     async def wait_status(a: ts.WaitStatusArgs, ctx: Context) -> dict[str, Any]:
         until = set(a.until) if a.until else SETTLED
         status, timed_out = await with_progress(
             ctx, service.driver.wait_status(a.name, until, a.after_seq, a.timeout_s), a.timeout_s
         )
-        return {"status": status_dict(a.name, status, _confined(a.name)), "timed_out": timed_out}
+        return {
+            "status": reported_status(a.name, status, _confined(a.name)),
+            "timed_out": timed_out,
+        }
 
     async def wait_any(a: ts.WaitAnyArgs, ctx: Context) -> dict[str, Any]:
         names = [p.name for p in a.panes]
@@ -117,7 +130,7 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
         name, status = first
         return {
             "name": name,
-            "status": status_dict(name, status, _confined(name)),
+            "status": reported_status(name, status, _confined(name)),
             "timed_out": False,
         }
 
@@ -187,7 +200,7 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
             "whether its program is confined.",
             "read",
             ts.NameArgs,
-            ts.PaneStatusResult,
+            ts.ReportedStatusResult,
             get_status,
             read_only=True,
             idempotent=True,

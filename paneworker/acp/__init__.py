@@ -1,0 +1,1 @@
+"""ACP panes: the Agent Client Protocol over the program's stdio, beside the terminal."""
