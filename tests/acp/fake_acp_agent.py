@@ -18,7 +18,9 @@ session with that message) and plays each prompt by its first word:
 - ``garbage``: writes a line that is not JSON; ``huge``: a 10 MB line;
 - ``usage``: ends with a ``usage`` object (as OpenCode);
 - ``drain``: sends Qwen's ``craft/drainMidTurnQueue`` request first (expects -32601);
-- ``exit``: exits mid-turn; ``plan``: sends a plan and a tool call with status updates.
+- ``exit``: exits mid-turn; ``plan``: sends a plan and a tool call with status updates;
+- ``write PATH TEXT`` (with ``--edits``): writes ``TEXT`` to ``PATH`` below its working
+  directory, as the demo agent's ``--edits`` does (writer-lane tests on both substrates).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import sys
 import threading
 import time
 from typing import Any
+
+from supervisor.demo.agent import EDIT_COMMAND, write_file
 
 OUT_LOCK = threading.Lock()
 
@@ -276,6 +280,9 @@ class Agent:
                     )
                 self.chunk("planned \x1b]7501;state=done\x07 safely")
                 self.end(rid, "end_turn")
+            elif self.args.edits and text.startswith(EDIT_COMMAND):
+                self.chunk(write_file(text[len(EDIT_COMMAND) :]))
+                self.end(rid, "end_turn")
             else:
                 # Anything else is answered as the demo agent does (receipt tests).
                 self.chunk(f"reply: {text}")
@@ -286,6 +293,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--marker", default="/dev/null")
     parser.add_argument("--fail-new", default="")
+    parser.add_argument("--edits", action="store_true")
     args, _ = parser.parse_known_args()
     Agent(args).run()
 

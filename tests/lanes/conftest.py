@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import Tools, stdio_params
-from tests.control.support import SCRIPTED_AGENT
+from tests.control.support import FAKE_ACP_AGENT, SCRIPTED_AGENT
 from tests.lanes.gitrepo import Repo, head, make_repo, status_sha256
 
 AUTHORITY_SHA = hashlib.sha256(b"ticket 10 accepted").hexdigest()
@@ -23,7 +23,8 @@ CHECKPOINT_SHA = hashlib.sha256(b"checkpoint").hexdigest()
 
 
 def profiles_file(tmp: Path, **top: Any) -> Path:
-    """``demo`` anywhere; ``editor`` (the demo agent that edits files) below ``tmp``;
+    """``demo`` anywhere; ``editor`` (the demo agent that edits files) and ``editor-acp``
+    (the fake ACP agent that edits files, an ACP pane) below ``tmp``;
     ``scripted`` (tests/control/scripted_agent.py: a late turn start, a late-drawn reply)
     anywhere. ``top``: more top-level fields (``allow_unconfined_writers``)."""
     agent = [sys.executable, "-m", "supervisor.demo.agent"]
@@ -31,6 +32,14 @@ def profiles_file(tmp: Path, **top: Any) -> Path:
     profiles = [
         {"name": "demo", "agent": "demo", "argv": agent, "cwds": ["/"]},
         {"name": "editor", "agent": "demo", "argv": [*agent, "--edits"], "cwds": [str(tmp)]},
+        {
+            # The same editing agent on the other substrate (tests/acp/fake_acp_agent.py).
+            "name": "editor-acp",
+            "agent": "generic",
+            "argv": [sys.executable, str(FAKE_ACP_AGENT), "--edits"],
+            "cwds": [str(tmp)],
+            "protocol": "acp",
+        },
         {
             "name": "scripted",
             "agent": "demo",

@@ -1,7 +1,8 @@
 """End to end, as a coordinator runs it: two writer lanes in two linked worktrees of one
 repository, on disjoint scopes, each a demo agent that edits files on request; the work
 verified in the sandbox at its base, fixed once, verified again, and both lanes released
-with their worktrees intact. writer_list and verification_list agree at every step."""
+with their worktrees intact. writer_list and verification_list agree at every step. The
+same on ACP panes (the fake ACP agent edits the files; a turn's output is its text)."""
 
 from __future__ import annotations
 
@@ -47,15 +48,17 @@ async def _ask(lanes: Lanes, requests: list[dict[str, str]]) -> None:
         assert "wrote " in item["output"], item["output"]
 
 
-async def test_two_writer_lanes_edit_verify_and_release(lanes: Lanes) -> None:
+@pytest.mark.parametrize("profile", ["editor", "editor-acp"])
+async def test_two_writer_lanes_edit_verify_and_release(lanes: Lanes, profile: str) -> None:
+    # On terminal panes (the demo agent) and on ACP panes (the fake ACP agent).
     tools, repo = lanes.tools, lanes.repo
     wt_a = repo.worktree("wt-a", "lane-a")
     wt_b = repo.worktree("wt-b", "lane-b")
     alpha = await lanes.start(
-        "alpha", wt_a, "lane-a", ["src/a.py"], locked=["tests"], profile="editor"
+        "alpha", wt_a, "lane-a", ["src/a.py"], locked=["tests"], profile=profile
     )
     beta = await lanes.start(
-        "beta", wt_b, "lane-b", ["docs", "src/b.py"], locked=["tests"], profile="editor"
+        "beta", wt_b, "lane-b", ["docs", "src/b.py"], locked=["tests"], profile=profile
     )
     for name in ("alpha", "beta"):
         await tools.wait(name, until=["idle"])
