@@ -19,6 +19,9 @@ pins=(
   "@openai/codex@0.171.0"
   "@google/gemini-cli@0.61.0"
   "@qwen-code/qwen-code@0.24.4"
+  # ACP adapters (tests/realcli/test_acp_real.py): Claude Code and Codex over ACP.
+  "@zed-industries/claude-code-acp@0.16.2"
+  "@zed-industries/codex-acp@0.16.0"
 )
 
 installed_version() {

@@ -3,14 +3,15 @@
 The same configs as the terminal dialogs (``tests/tools/fake_model.py``:
 ``write_cli_configs`` and ``cli_env``), the argv measured in ``../shared/agents.md``:
 ``gemini --acp --approval-mode default``, ``qwen --acp --approval-mode default``,
-``opencode acp``. Each CLI is started once, confined, and plays four turns in that one
-pane (CI time): a plain prompt ends ``done`` at turn 1 with the reply on screen; a tool
-call reads ``blocked``/``permission``, ``allow_once`` runs it once and the turn ends
-``done``; the same call again asks again, ``deny_once`` runs nothing and the turn reads
-``cancelled`` (each CLI itself ends it ``end_turn``); ``interrupt_pane`` while the model
-is slow to answer ends the turn ``cancelled``. OpenCode's ``usage`` is carried by
-``get_status``. Every status is the protocol's (``source: "acp"``); ``remove_pane``
-leaves no process of the CLI.
+``opencode acp``; Claude Code and Codex through ``@zed-industries/claude-code-acp`` and
+``@zed-industries/codex-acp`` (no arguments). Each CLI is started once, confined, and
+plays four turns in that one pane (CI time): a plain prompt ends ``done`` at turn 1 with
+the reply on screen; a tool call reads ``blocked``/``permission``, ``allow_once`` runs
+it once and the turn ends ``done``; the same call again asks again, ``deny_once`` runs
+nothing and the turn reads ``cancelled`` (all but Codex end it ``end_turn`` themselves);
+``interrupt_pane`` while the model is slow to answer ends the turn ``cancelled``.
+OpenCode's ``usage`` is carried by ``get_status``. Every status is the protocol's
+(``source: "acp"``); ``remove_pane`` leaves no process of the CLI.
 """
 
 from __future__ import annotations
@@ -38,11 +39,19 @@ PACKAGES = {
     "gemini": "@google/gemini-cli",
     "qwen": "@qwen-code/qwen-code",
     "opencode": "opencode-ai",
+    # Claude Code and Codex through Zed's adapters (they embed the agent: the Claude
+    # Agent SDK's own CLI, Codex's core), with the same config and env as their TUIs.
+    # Measured with 0.16.2 as root, confined or not: no IS_SANDBOX needed (it would only
+    # make the adapter offer a bypassPermissions mode, docs/acp.md).
+    "claude": "@zed-industries/claude-code-acp",
+    "codex": "@zed-industries/codex-acp",
 }
 ACP_ARGS = {
     "gemini": ["--acp", "--approval-mode", "default"],
     "qwen": ["--acp", "--approval-mode", "default"],
     "opencode": ["acp"],
+    "claude": [],
+    "codex": [],
 }
 SETTLED = ["done", "cancelled", "error"]
 
