@@ -73,6 +73,8 @@ def pane_row(service: str, pane: dict[str, Any]) -> dict[str, Any]:
         "cpu_percent": usage.get("cpu_percent"),
         "rss_bytes": usage.get("rss_bytes"),
         "processes": usage.get("processes"),
+        # The agent's own count (ACP panes whose agent reports it), else None.
+        "tokens": (pane.get("tokens") or {}).get("total_tokens"),
     }
 
 

@@ -25,6 +25,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("CPU%", "cpu_percent"),
     ("MEM", "rss_bytes"),
     ("PROCS", "processes"),
+    ("TOKENS", "tokens"),
 )
 STATE_STYLES = {"blocked": "bold red", "working": "yellow", "error": "red", "done": "green"}
 
@@ -107,7 +108,7 @@ class TopView:
         table = Table(box=None, pad_edge=False, header_style="bold", expand=False)
         for name, key in COLUMNS:
             mark = "*" if COLUMNS[self.sort_index][1] == key else ""
-            right = key in ("turn", "cpu_percent", "rss_bytes", "processes")
+            right = key in ("turn", "cpu_percent", "rss_bytes", "processes", "tokens")
             table.add_column(name + mark, justify="right" if right else "left", no_wrap=True)
         for row in self.sorted_rows():
             if "error" in row:

@@ -169,7 +169,8 @@ async def _screen_has(tools: Tools, name: str, text: str) -> bool:
 
 async def test_first_prompt_is_turn_1_and_cursors_never_miss_the_turn(acp: Acp) -> None:
     tools = acp.tools
-    for i in range(5):
+    # 20 starts (the count); later turns on the first only (test time).
+    for i in range(20):
         name = f"f{i}"
         await tools.call("start_pane", name=name, profile="fake")
         # At once, while the session may still be being created: the prompt waits for it.
@@ -178,7 +179,7 @@ async def test_first_prompt_is_turn_1_and_cursors_never_miss_the_turn(acp: Acp) 
         working = await tools.wait(name, after=sent["seq"], until=["working"])
         done = await tools.wait(name, after=sent["seq"], until=["done"])
         assert working["turn"] == done["turn"] == 1, (working, done)
-        for turn in (2, 3):
+        for turn in (2, 3) if i == 0 else ():
             sent, done = await acp.turn(name, f"plain again {turn}", ["done"])
             assert sent["turn"] == done["turn"] == turn, (sent, done)
         await tools.call("remove_pane", name=name)

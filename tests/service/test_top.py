@@ -3,7 +3,7 @@
 The usage figures are checked against psutil's own view of the pane's tree (a pane whose
 program forks a CPU burner and holds a known amount of memory); ``--once --json`` reads
 two services on two ports and one that is down; the live screen runs on a PTY, read
-with pyte, and follows a demo pane into ``blocked``.
+with pyte, and follows a demo pane into ``blocked``; an ACP pane's reported tokens show.
 """
 
 from __future__ import annotations
@@ -171,6 +171,31 @@ def test_once_json_reads_two_services_and_shows_a_dead_one(
         assert row["worker_pid"] > 0 and isinstance(row["confined"], bool), row
     errors = [r for r in rows if "error" in r]
     assert [r["service"] for r in errors] == ["gone"], rows
+
+
+@pytest.mark.timeout(60)
+def test_top_shows_the_tokens_an_acp_agent_reported(services: ServiceFactory) -> None:
+    agent = [sys.executable, str(REPO / "tests" / "acp" / "fake_acp_agent.py")]
+    profile = {"name": "acp", "argv": agent, "cwds": ["/"], "protocol": "acp"}
+    service = services.start(profiles={"profiles": [profile]})
+
+    async def scenario() -> None:
+        async with connect(service.url, _token(service)) as client:
+            ok(await call(client, "start_pane", {"name": "talk", "profile": "acp"}))
+            sent = ok(await call(client, "send_input", {"name": "talk", "text": "usage"}))
+            args = {"name": "talk", "after_seq": sent["seq"], "until": ["done"]}
+            waited = ok(await call(client, "wait_status", args))
+            assert waited["status"]["usage"]["total_tokens"] == 15, waited
+            listed = ok(await call(client, "list_panes", {}))["panes"]
+            assert listed[0]["tokens"]["total_tokens"] == 15, listed
+
+    run(scenario(), 40.0)
+    done = _top(["--once", "--json", "--url", service.url], _client_env(service))
+    assert done.returncode == 0, done.stderr
+    (row,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert (row["name"], row["state"], row["tokens"]) == ("talk", "done", 15), row
+    shown = _top(["--once", "--url", service.url], _client_env(service, COLUMNS="200"))
+    assert "TOKENS" in shown.stdout and " 15" in shown.stdout, shown.stdout
 
 
 def test_failures_are_one_line_without_a_traceback(

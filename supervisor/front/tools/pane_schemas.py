@@ -195,6 +195,8 @@ class PaneUsageResult(TypedDict):
 
 class ListedPaneResult(PaneInfoResult):
     usage: PaneUsageResult
+    # The agent's own token usage, when it reported one (ACP panes; get_status' ``usage``).
+    tokens: NotRequired[TokenUsageResult]
 
 
 class ListPanesResult(TypedDict):

@@ -41,6 +41,12 @@ def reported_status(name: str, s: PaneStatusFields, confined: bool) -> dict[str,
     return body
 
 
+def _tokens(pane: Pane) -> dict[str, Any]:
+    """list_panes' ``tokens``: the agent's reported token usage, when there is one."""
+    usage = pane.status.usage
+    return {} if usage is None else {"tokens": msgspec.to_builtins(usage)}
+
+
 def pane_info(pane: Pane) -> dict[str, Any]:
     """PaneInfo (docs/design.md §7): PaneStatus plus who and where."""
     return status_dict(pane.name, pane.status, pane.confined) | {
@@ -150,7 +156,10 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
         panes = await service.registry.ready_all()
         meter.forget_except({p.name for p in panes})
         return {
-            "panes": [pane_info(p) | {"usage": meter.measure(p.name, p.handle.pid)} for p in panes]
+            "panes": [
+                pane_info(p) | {"usage": meter.measure(p.name, p.handle.pid)} | _tokens(p)
+                for p in panes
+            ]
         }
 
     async def interrupt_pane(a: ts.NameArgs, _ctx: Context) -> dict[str, Any]:
