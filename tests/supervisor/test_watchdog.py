@@ -29,7 +29,7 @@ from supervisor.front.runtime import running_service
 from supervisor.panes.pane import LeaseTag
 from supervisor.panes.service import PaneService
 from supervisor.panes.watchdog import Watchdog, has_unchecked_item
-from tests.conftest import service_env
+from tests.conftest import REPO, service_env
 
 pytestmark = pytest.mark.anyio
 
@@ -123,8 +123,9 @@ class Harness:
 
 @asynccontextmanager
 async def harness(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, **watchdog: Any
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, protocol: str = "terminal", **watchdog: Any
 ) -> AsyncIterator[Harness]:
+    """``protocol="acp"``: the profile's pane is the fake ACP agent, an ACP pane."""
     caplog.set_level(logging.DEBUG, logger="supervisor.panes.watchdog")
     profiles = tmp_path / "profiles.json"
     watch = {"idle_timeout_secs": IDLE_S, "nudge_text": NUDGE, **watchdog}
@@ -135,6 +136,9 @@ async def harness(
         "cwds": [str(tmp_path)],
         "watchdog": watch,
     }
+    if protocol == "acp":
+        agent = REPO / "tests" / "acp" / "fake_acp_agent.py"
+        profile |= {"agent": "generic", "argv": [sys.executable, str(agent)], "protocol": "acp"}
     profiles.write_text(json.dumps({"profiles": [profile]}))
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
@@ -155,10 +159,12 @@ async def harness(
             await dog.stop()
 
 
+@pytest.mark.parametrize("protocol", ["terminal", "acp"])
 async def test_nudges_after_the_idle_timeout_only(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, protocol: str
 ) -> None:
-    async with harness(tmp_path, caplog) as h:
+    # On a terminal pane (the demo agent) and on an ACP pane (the fake ACP agent).
+    async with harness(tmp_path, caplog, protocol) as h:
         await h.start()
         await h.idle_for(10 * IDLE_S)
         assert h.nudges() == 0, "a fresh pane that never had a turn is not nudged"
