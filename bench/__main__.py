@@ -17,6 +17,7 @@ from pathlib import Path
 from bench import (
     calls,
     idle,
+    initialize,
     lanes,
     lossless,
     memory,
@@ -43,6 +44,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "idle": idle.run,
     "replay": replay.run,
     "calls": calls.run,
+    "initialize": initialize.run,
 }
 
 

@@ -97,6 +97,8 @@ async def bench_service(
             cwd=str(REPO),
         )
         async with Client(params) as client:
+            # Answered once the service is up (initialize is answered before).
+            await client.list_tools()
             pid = int((state / "supervisor.lock").read_text().split()[0])
             yield Service(client, state, pid)
 
