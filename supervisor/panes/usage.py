@@ -8,7 +8,7 @@ and one read of ``children`` per thread: raw ``os`` calls, since ``list_panes`` 
 them for every pane (psutil and pathlib cost ~0.6 ms a pane; this ~30 µs). CPU% needs
 two samples: the meter keeps the previous one per pane and reports the share of one CPU
 the tree used between two calls (100 = one core busy); the first call for a pane
-reports ``None``.
+reports ``None``. A sample is at most ``MIN_SAMPLE_INTERVAL_S`` old when it is reused.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from typing import TypedDict
 
 # A fork bomb in a pane must not make list_panes slow: the walk stops there.
 MAX_TREE_PROCESSES = 256
-# Two calls closer than this reuse the last figure: a delta over a few milliseconds
-# is noise, and several clients listing at once must not reset each other's baseline.
+# Two calls closer than this reuse the last sample (every figure of it): a delta over a
+# few milliseconds is noise, several clients listing at once must not reset each other's
+# baseline, and a listing loop must not walk every tree on every call.
 MIN_SAMPLE_INTERVAL_S = 0.5
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -117,32 +118,39 @@ class _Sample:
     worker_pid: int
     at: float
     cpu_s: float
-    cpu_percent: float | None
+    usage: Usage
 
 
 @dataclass
 class UsageMeter:
     """The previous sample of every pane, so that CPU% is a delta between two calls."""
 
+    min_interval_s: float = MIN_SAMPLE_INTERVAL_S
     _samples: dict[str, _Sample] = field(default_factory=dict)
 
     def measure(self, name: str, worker_pid: int) -> Usage:
-        """The usage of pane ``name``'s tree, rooted at ``worker_pid``."""
-        cpu_s, rss, count = measure_tree(worker_pid)
+        """The usage of pane ``name``'s tree, rooted at ``worker_pid``.
+
+        A sample younger than ``min_interval_s`` is returned as it is, without
+        reading ``/proc``: a tree walk costs a few reads a process, and a client that
+        lists a thousand panes in a loop must not pay them on every call.
+        """
         now = time.monotonic()
         previous = self._samples.get(name)
-        if previous is None or previous.worker_pid != worker_pid:
-            # A new pane, or a pane re-created under the same name: no baseline yet.
-            self._samples[name] = _Sample(worker_pid, now, cpu_s, None)
-            return {"cpu_percent": None, "rss_bytes": rss, "processes": count}
-        elapsed = now - previous.at
-        if elapsed < MIN_SAMPLE_INTERVAL_S:
-            percent = previous.cpu_percent
-        else:
+        if previous is not None and previous.worker_pid != worker_pid:
+            # A pane re-created under the same name: no baseline yet.
+            previous = None
+        if previous is not None and now - previous.at < self.min_interval_s:
+            return previous.usage
+        cpu_s, rss, count = measure_tree(worker_pid)
+        percent: float | None = None
+        if previous is not None:
             # A child that exited took its CPU time with it: the sum can shrink, never < 0.
+            elapsed = now - previous.at
             percent = round(max(0.0, cpu_s - previous.cpu_s) / elapsed * 100.0, 1)
-            self._samples[name] = _Sample(worker_pid, now, cpu_s, percent)
-        return {"cpu_percent": percent, "rss_bytes": rss, "processes": count}
+        usage: Usage = {"cpu_percent": percent, "rss_bytes": rss, "processes": count}
+        self._samples[name] = _Sample(worker_pid, now, cpu_s, usage)
+        return usage
 
     def forget_except(self, names: set[str]) -> None:
         """Drop the samples of panes that are gone (bounded by the live panes)."""

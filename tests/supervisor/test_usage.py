@@ -8,7 +8,7 @@ import sys
 import psutil
 import pytest
 
-from supervisor.panes.usage import measure_tree
+from supervisor.panes.usage import UsageMeter, measure_tree
 from tests.polling import poll
 
 # A child thread forks a grandchild: a thread's children are listed under that thread.
@@ -41,3 +41,19 @@ def test_measure_tree_matches_psutil_and_stops_at_the_limit() -> None:
         root.kill()
         root.wait()
     assert measure_tree(root.pid) == (0.0, 0, 0)
+
+
+@pytest.mark.timeout(30)
+def test_a_recent_sample_is_reused_without_reading_proc() -> None:
+    meter = UsageMeter(min_interval_s=60.0)
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        first = meter.measure("p", child.pid)
+        assert first["processes"] == 1 and first["cpu_percent"] is None
+    finally:
+        child.kill()
+        child.wait()
+    # The process is gone: a fresh walk would read zeros; the recent sample is reused.
+    assert meter.measure("p", child.pid) == first
+    # A pane re-created under the same name (another worker) is measured afresh.
+    assert meter.measure("p", child.pid + 1_000_000)["processes"] == 0
