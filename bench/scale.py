@@ -11,7 +11,9 @@ For each count, one fresh service (real, over MCP stdio, ``max_panes`` = the cou
   were idle, and over 60 s after a 10 s settle (the two windows overlap: 70 s in all);
 - total PSS of those processes;
 - ``list_panes`` and ``get_status`` p50, alternated with the SDK echo tool
-  (``bench.echo_server``) from a second client: the ratio under the same load;
+  (``bench.echo_server``) from a second client: the ratio under the same load (calls
+  back to back: ``list_panes`` reuses each pane's usage sample for 0.5 s); and
+  ``list_panes`` 0.6 s apart, each walking every pane's process tree;
 - ``wait_any`` over 16 idle panes (answered at once: the call's own cost), p99;
 - a worker SIGKILLed: until ``wait_status`` returns ``lost``.
 
@@ -32,6 +34,7 @@ from mcp import Client, StdioServerParameters
 
 from bench.core import Figure, Options
 from bench.service import REPO, Service, bench_service, cpu_ns, pss_kib, service_processes
+from supervisor.panes.usage import MIN_SAMPLE_INTERVAL_S
 
 SETTLE_S = 10.0
 WINDOW_S = 60.0
@@ -103,6 +106,18 @@ async def _latency(
     return lists, status, echoes
 
 
+async def _fresh_lists(service: Service, runs: int) -> list[float]:
+    """list_panes call times (ms) spaced past the usage meter's reuse interval: each
+    one walks every pane's process tree."""
+    out: list[float] = []
+    for _ in range(runs):
+        await asyncio.sleep(MIN_SAMPLE_INTERVAL_S + 0.1)
+        t0 = time.perf_counter()
+        await service.call("list_panes")
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
 async def _wait_any(service: Service, names: list[str], runs: int) -> list[float]:
     targets = [{"name": n} for n in names[:16]]
     out: list[float] = []
@@ -138,6 +153,7 @@ async def _measure(count: int, smoke: bool) -> dict[str, list[float]]:
             runs = 10 if smoke else 100
             await _latency(service, echo, next(iter(workers)), 5)  # warm both
             lists, status, echoes = await _latency(service, echo, next(iter(workers)), runs)
+        fresh = await _fresh_lists(service, 2 if smoke else 5)
         waits = await _wait_any(service, list(workers), 20 if smoke else 200)
         lost = await _kill_to_lost(service, workers, 1 if smoke else 5)
     return {
@@ -149,6 +165,7 @@ async def _measure(count: int, smoke: bool) -> dict[str, list[float]]:
         "list_panes": lists,
         "get_status": status,
         "echo": echoes,
+        "list_panes_fresh": fresh,
         "wait_any_p99": [_p(waits, 0.99)],
         "kill_to_lost": lost,
     }
@@ -205,6 +222,12 @@ def run(options: Options) -> Sequence[Figure]:
                 got["list_panes"],
                 goal="<= 5 ms",
                 limit=5.0,
+            ),
+            Figure(
+                f"{at}.list_panes_fresh_p50",
+                "ms",
+                got["list_panes_fresh"],
+                note="calls 0.6 s apart: every tree walked",
             ),
             Figure(
                 f"{at}.get_status_p50",
