@@ -612,6 +612,8 @@ async def test_a_pane_readopted_after_a_supervisor_crash_is_still_attested(
         os.kill(supervisor[0], signal.SIGKILL)
         assert await apoll(lambda: not alive(supervisor), 10)
     async with Client(params) as client:
+        # Listed tools mean a started service (initialize is answered before it starts).
+        await client.list_tools()
         coord.tools = Tools(client)
         # The new service re-adopted the worker (start time from its record) and took the
         # program's start time from its re-introduction: the same pane, the same lease.
