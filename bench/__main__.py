@@ -2,7 +2,7 @@
 
 Options: ``--smoke`` (tiny sizes, one repeat: checks that everything runs; never
 judges timings), ``--only NAME[,NAME]``, ``--repeats N``, ``--json PATH``
-(default ``bench-results.json``), ``--stream-mb N``.
+(default ``bench-results.json``), ``--stream-mb N``, ``--scale-counts N[,N]`` (default 64,256).
 """
 
 from __future__ import annotations
@@ -17,12 +17,14 @@ from pathlib import Path
 from bench import (
     calls,
     idle,
+    initialize,
     lanes,
     lossless,
     memory,
     pane_vs_tmux,
     panes,
     replay,
+    scale,
     startup,
     throughput,
     tool_list,
@@ -43,6 +45,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "idle": idle.run,
     "replay": replay.run,
     "calls": calls.run,
+    "scale": scale.run,
+    "initialize": initialize.run,
 }
 
 
@@ -52,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated: " + ", ".join(BENCHMARKS))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--stream-mb", type=float, default=20.0)
+    parser.add_argument("--scale-counts", default="64,256", help="pane counts of `scale`")
     parser.add_argument("--json", default="bench-results.json", type=Path)
     args = parser.parse_args(argv)
     chosen = [name for name in args.only.split(",") if name] or list(BENCHMARKS)
@@ -62,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         smoke=args.smoke,
         repeats=max(1, args.repeats),
         stream_bytes=int((1.0 if args.smoke else args.stream_mb) * 1024 * 1024),
+        scale_counts=tuple(int(n) for n in args.scale_counts.split(",") if n),
     )
     figures: list[Figure] = []
     started = time.time()

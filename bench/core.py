@@ -22,6 +22,8 @@ class Options:
     smoke: bool = False
     repeats: int = 5
     stream_bytes: int = 20 * 1024 * 1024
+    # The pane counts of ``scale`` (1,000 is opt-in: it takes the machine for minutes).
+    scale_counts: tuple[int, ...] = (64, 256)
 
     @property
     def rounds(self) -> int:

@@ -1,10 +1,12 @@
 """Draw a benchmark run's figures as SVG charts (no dependencies).
 
 ``python -m bench.plot bench-results.json docs/benchmarks-throughput.svg
-[docs/benchmarks-idle.svg]``: the throughput chart has one bar per emulator backend and
-one for the stock-pyte reference, on a log scale, each labelled with its median MB/s,
-the goals drawn as marks; the idle chart draws the idle CPU of the service against the
-pane count, one line per backend, with the goal as a dashed line.
+[docs/benchmarks-idle.svg [docs/benchmarks-scale-cpu.svg docs/benchmarks-scale-pss.svg]]``:
+the throughput chart has one bar per emulator backend and one for the stock-pyte
+reference, on a log scale, each labelled with its median MB/s, the goals drawn as
+marks; the idle chart draws the idle CPU of the service against the pane count, one
+line per backend, with the goal as a dashed line; the two scale charts draw
+``scale``'s idle CPU (first minute, settled) and total PSS against the pane count.
 """
 
 from __future__ import annotations
@@ -101,8 +103,24 @@ IDLE_W, IDLE_H, PAD = 640, 360, 60
 COLOURS = ("#3a7bd5", "#e08a1e", "#2a9d5b")
 
 
-def idle_svg(series: dict[str, list[tuple[int, float]]], goal: float, title: str) -> str:
-    """Idle CPU (% of one core) against the pane count, one line per backend."""
+def _scale_points(data: dict[str, object], figure: str) -> list[tuple[int, float]]:
+    """(pane count, median) of ``scale.N.<figure>``, by pane count."""
+    points: list[tuple[int, float]] = []
+    for fig in data["figures"]:  # type: ignore[union-attr]
+        parts = str(fig["name"]).split(".")
+        if len(parts) == 3 and parts[0] == "scale" and parts[2] == figure:
+            points.append((int(parts[1]), float(fig["median"])))
+    return sorted(points)
+
+
+def idle_svg(
+    series: dict[str, list[tuple[int, float]]],
+    goal: float,
+    title: str,
+    unit: str = "% of one core (median)",
+    goal_label: str = "",
+) -> str:
+    """A figure (idle CPU by default) against the pane count, one line per series."""
     max_x = max((n for points in series.values() for n, _ in points), default=1) or 1
     max_y = max([goal * 1.5, *(v for points in series.values() for _, v in points)])
     span_x, span_y = IDLE_W - 2 * PAD, IDLE_H - 2 * PAD
@@ -124,11 +142,11 @@ def idle_svg(series: dict[str, list[tuple[int, float]]], goal: float, title: str
         f'<line x1="{PAD}" y1="{y(goal):.1f}" x2="{x(max_x)}" y2="{y(goal):.1f}" '
         'stroke="#d33" stroke-dasharray="6 4"/>',
         f'<text x="{x(max_x) - 4}" y="{y(goal) - 6:.1f}" text-anchor="end" fill="#d33">'
-        f"goal {goal:g} %</text>",
+        f"{escape(goal_label or f'goal {goal:g} %')}</text>",
         f'<text x="{PAD + span_x / 2}" y="{IDLE_H - 16}" text-anchor="middle" fill="#555">'
         "idle panes</text>",
         f'<text x="16" y="{PAD + span_y / 2}" text-anchor="middle" fill="#555" '
-        f'transform="rotate(-90 16 {PAD + span_y / 2})">% of one core (median)</text>',
+        f'transform="rotate(-90 16 {PAD + span_y / 2})">{escape(unit)}</text>',
     ]
     for n in sorted({n for points in series.values() for n, _ in points}):
         out.append(
@@ -138,7 +156,7 @@ def idle_svg(series: dict[str, list[tuple[int, float]]], goal: float, title: str
     for i in range(steps + 1):
         v = max_y * i / steps
         out.append(
-            f'<text x="{PAD - 8}" y="{y(v) + 4:.1f}" text-anchor="end" fill="#555">{v:.1f}</text>'
+            f'<text x="{PAD - 8}" y="{y(v) + 4:.1f}" text-anchor="end" fill="#555">{v:.4g}</text>'
         )
     for index, (kind, points) in enumerate(sorted(series.items())):
         colour = COLOURS[index % len(COLOURS)]
@@ -154,7 +172,7 @@ def idle_svg(series: dict[str, list[tuple[int, float]]], goal: float, title: str
 
 
 def main(argv: list[str]) -> int:
-    """``RESULTS THROUGHPUT_SVG [IDLE_SVG]``."""
+    """``RESULTS THROUGHPUT_SVG [IDLE_SVG [SCALE_CPU_SVG SCALE_PSS_SVG]]``."""
     source, target = Path(argv[0]), Path(argv[1])
     data = json.loads(source.read_text())
     bars = _bars(data)
@@ -163,6 +181,20 @@ def main(argv: list[str]) -> int:
     if len(argv) > 2:
         title = "Idle panes: CPU of supervisor + template + workers"
         Path(argv[2]).write_text(idle_svg(_idle_points(data), 2.0, title))
+    if len(argv) > 4:
+        cpu = {
+            "first minute": _scale_points(data, "idle_cpu_first_minute"),
+            "after 10 s settle": _scale_points(data, "idle_cpu_settled"),
+        }
+        title = "Many panes: idle CPU of supervisor + template + workers"
+        Path(argv[3]).write_text(
+            idle_svg(cpu, 3.0, title, goal_label="goal 3 % at 256 (8 % at 1,000)")
+        )
+        pss = {"total PSS": [(n, v / 1024) for n, v in _scale_points(data, "total_pss")]}
+        title = "Many panes: total PSS of supervisor + template + workers"
+        Path(argv[4]).write_text(
+            idle_svg(pss, 1e9 / 2**30, title, unit="GiB", goal_label="goal 1 GB at 256")
+        )
     return 0
 
 

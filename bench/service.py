@@ -29,8 +29,8 @@ QUICK_ARGV = ["/bin/sh", "-c", "printf '\\033]7501;state=idle:app=bench\\007read
 REPLAYER = BENCH_DIR / "replayer.py"
 
 
-def profiles(extra: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
-    """A profiles document: the benchmark programs, room for 256 panes."""
+def profiles(extra: Iterable[dict[str, Any]] = (), max_panes: int = 256) -> dict[str, Any]:
+    """A profiles document: the benchmark programs, room for ``max_panes`` panes."""
     entries: list[dict[str, Any]] = [
         {"name": "quick", "agent": "generic", "argv": QUICK_ARGV, "cwds": ["/"]},
         {
@@ -41,7 +41,7 @@ def profiles(extra: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
         },
         *extra,
     ]
-    return {"max_panes": 256, "profiles": entries}
+    return {"max_panes": max_panes, "profiles": entries}
 
 
 @dataclass
@@ -75,14 +75,14 @@ def bench_environ() -> dict[str, str]:
 
 @asynccontextmanager
 async def bench_service(
-    extra_profiles: Iterable[dict[str, Any]] = (), **env_extra: str
+    extra_profiles: Iterable[dict[str, Any]] = (), max_panes: int = 256, **env_extra: str
 ) -> AsyncIterator[Service]:
     """Start the service over stdio with the benchmark profiles; stop it on exit."""
     with tempfile.TemporaryDirectory(prefix="pwbench-") as tmp:
         state = Path(tmp) / "state"
         state.mkdir(mode=0o700)
         profiles_path = Path(tmp) / "profiles.json"
-        profiles_path.write_text(json.dumps(profiles(extra_profiles)))
+        profiles_path.write_text(json.dumps(profiles(extra_profiles, max_panes)))
         env = bench_environ()
         env |= {
             "PANEWARDEN_STATE_DIR": str(state),
@@ -97,6 +97,8 @@ async def bench_service(
             cwd=str(REPO),
         )
         async with Client(params) as client:
+            # Answered once the service is up (initialize is answered before).
+            await client.list_tools()
             pid = int((state / "supervisor.lock").read_text().split()[0])
             yield Service(client, state, pid)
 

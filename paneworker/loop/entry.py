@@ -44,13 +44,16 @@ def read_all(fd: int, timeout_s: float) -> bytes:
     chunks: list[bytes] = []
     size = 0
     deadline = time.monotonic() + timeout_s
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     try:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError("no boot record from the supervisor")
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if not ready:
+            # poll, not select: a cold-started worker inherits the supervisor's fd number,
+            # above FD_SETSIZE (1024) once the supervisor holds ~500 panes.
+            if not poller.poll(max(1, int(remaining * 1000))):
                 continue
             chunk = os.read(fd, 65536)
             if not chunk:

@@ -288,7 +288,12 @@ class PaneWorker:
             if self.reaper.scan():
                 self._send_descendants()
         if soon >= t.heartbeat_at:
-            t.heartbeat_at = now + self.boot.heartbeat_s
+            # A period a little longer than the supervisor's: its heartbeat (every
+            # heartbeat_s) then arrives before our own is due, and ours rides on that
+            # wake-up. With the same period the two lock a few ms apart (the
+            # supervisor's is heartbeat_s plus its loop's lag) and every idle worker
+            # woke twice a period.
+            t.heartbeat_at = now + self.boot.heartbeat_s * (1 + TIMER_SLACK_BEATS / 2)
             self._heartbeat(now)
         self._check_orphaned(now)
         if t.orphan_deadline is not None and now >= t.orphan_deadline:

@@ -6,6 +6,8 @@ sandbox here (one trivial run, ``confinement.host.check_host``), said twice: for
 verification recipes (``sandbox``: needed only by ``verify``) and for panes
 (``confinement``: required with ``PANEWARDEN_CONFINE=on``, else panes of
 ``confine: "auto"`` profiles run unconfined); recipes and panes share the builder.
+Then how many panes this host can hold (``workers.host_limits.capacity``): the limit
+that binds first, then each limit's own figure (informational: never a failure).
 Prints one line per check.
 """
 
@@ -19,6 +21,7 @@ from supervisor.config import ServiceConfig
 from supervisor.confinement.host import HostSupport, check_host
 from supervisor.exit_codes import EXIT_FAILED, EXIT_OK
 from supervisor.store.statedir import runtime_socket_path
+from supervisor.workers.host_limits import capacity
 from supervisor.workers.orphans import become_subreaper
 
 # Checks whose failure only disables a feature (the sandbox: verification recipes;
@@ -84,5 +87,11 @@ def doctor_command(config: ServiceConfig) -> int:
         print(f"{mark} {name:<11} {detail}")
         if not ok and not optional:
             failed = True
+    bounds = capacity()
+    if bounds:
+        first = bounds[0]
+        print(f"ok  {'capacity':<11} {first.panes} more panes; {first.name} binds first")
+        for bound in bounds:
+            print(f"    {bound.name:<11} {bound.panes:>7} panes: {bound.detail}")
     sys.stdout.flush()
     return EXIT_FAILED if failed else EXIT_OK

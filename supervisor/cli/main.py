@@ -12,7 +12,7 @@ import sys
 from protocol import logjson
 from protocol.errors import PanewardenError
 from supervisor.cli.ctl import add_ctl_parser
-from supervisor.cli.top import add_top_parser
+from supervisor.cli.top_args import add_top_parser
 from supervisor.cli.watch import add_watch_parser
 from supervisor.exit_codes import EXIT_USAGE
 

@@ -31,16 +31,6 @@ from supervisor.cli.top_view import TopView
 from supervisor.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 
-def add_top_parser(sub: Any) -> None:
-    """Register ``top`` on the ``panewarden`` subcommand parser."""
-    top = sub.add_parser("top", help="a live overview of the panes of one or several services")
-    top.add_argument(
-        "--url", help="the service's MCP URL (default $PANEWARDEN_URL or http://127.0.0.1:8765/mcp)"
-    )
-    top.add_argument("--once", action="store_true", help="print the panes once and exit")
-    top.add_argument("--json", action="store_true", help="with --once: one JSON object per pane")
-
-
 async def _once(targets: list[Target]) -> list[dict[str, Any]]:
     results = await asyncio.gather(*(fetch_once(t) for t in targets))
     return [row for rows in results for row in rows]

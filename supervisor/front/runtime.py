@@ -40,6 +40,7 @@ from supervisor.store.statedir import (
     ensure_private_dir,
     runtime_socket_path,
 )
+from supervisor.workers.host_limits import raise_fd_limit
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,22 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def load_policy(config: ServiceConfig) -> ProfileSet:
-    """Load the launch profiles named by the config (the built-in demo without a file)."""
-    return load_profiles(config.profiles_path, demo_argv=demo_argv())
+    """Load the launch profiles named by the config (the built-in demo without a file),
+    and raise the soft fd limit to what their ``max_panes`` needs."""
+    profiles = load_profiles(config.profiles_path, demo_argv=demo_argv())
+    limit = raise_fd_limit(profiles.max_panes)
+    if limit.panes < profiles.max_panes:
+        log.warning(
+            "RLIMIT_NOFILE (soft %d, hard %d) holds %d panes, fewer than max_panes %d: "
+            "raise the hard limit (docs/operations.md, Bounds)",
+            limit.soft,
+            limit.hard,
+            limit.panes,
+            profiles.max_panes,
+        )
+    elif limit.soft != limit.before:
+        log.info("RLIMIT_NOFILE soft limit raised from %d to %d", limit.before, limit.soft)
+    return profiles
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ EmulatorKind = Literal["pyte", "ghostty"]
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-MAX_PANES_MIN, MAX_PANES_MAX = 1, 256
+MAX_PANES_MIN, MAX_PANES_MAX = 1, 4096
 COLS_MIN, COLS_MAX = 20, 500
 ROWS_MIN, ROWS_MAX = 5, 200
 

@@ -32,7 +32,7 @@ from supervisor.front.ctl.wire import MAX_REQUEST_BYTES
 from tests.conftest import REPO, Tools, stdio_params
 from tests.control.conftest import ALL_SCOPES
 from tests.faults import alive, key_of, start_ticks, supervisor_of
-from tests.polling import apoll
+from tests.polling import apoll, poll
 from tests.service.conftest import ServiceFactory, connect, digest, new_token, read_audit
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
@@ -147,7 +147,10 @@ def environ_of(pid: int) -> list[str]:
 
 
 def socket_of(state_dir: Path) -> Path:
-    return Path((state_dir / "run" / "ctl").read_text().strip())
+    # ``serve --stdio`` answers initialize before its service (and the ctl socket) is up.
+    record = state_dir / "run" / "ctl"
+    poll(record.exists, 30.0, what="the ctl socket's record")
+    return Path(record.read_text().strip())
 
 
 @dataclass
@@ -609,6 +612,8 @@ async def test_a_pane_readopted_after_a_supervisor_crash_is_still_attested(
         os.kill(supervisor[0], signal.SIGKILL)
         assert await apoll(lambda: not alive(supervisor), 10)
     async with Client(params) as client:
+        # Listed tools mean a started service (initialize is answered before it starts).
+        await client.list_tools()
         coord.tools = Tools(client)
         # The new service re-adopted the worker (start time from its record) and took the
         # program's start time from its re-introduction: the same pane, the same lease.

@@ -37,6 +37,8 @@ async def test_a_new_supervisor_readopts_a_killed_ones_panes(state_dir: Path) ->
     assert psutil.pid_exists(pane["worker_pid"]) and psutil.pid_exists(pane["pid"])
 
     async with Client(stdio_params(state_dir)) as client:
+        # Listed tools mean a started service (initialize is answered before it starts).
+        await client.list_tools()
         tools = Tools(client)
         # The first answer of the new service already shows the pane running, with its
         # seq where it was: never `starting`, never seq 0, never worker_lost.

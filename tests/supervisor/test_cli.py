@@ -26,6 +26,11 @@ def test_doctor_passes_on_this_host(state_dir: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ok  subreaper" in done.stdout and "ok  pidfd" in done.stdout
     assert "ok  sandbox" in done.stdout and "no network" in done.stdout
+    # How many panes the host holds, and which limit binds first.
+    capacity = next(line for line in done.stdout.splitlines() if "capacity" in line)
+    assert "more panes;" in capacity and "binds first" in capacity, done.stdout
+    for limit in ("fds", "ptys", "pid_max", "memory"):
+        assert f"    {limit} " in done.stdout, done.stdout
 
 
 def test_doctor_says_when_the_sandbox_cannot_work(state_dir: Path, tmp_path: Path) -> None:

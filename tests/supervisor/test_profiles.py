@@ -179,6 +179,12 @@ def test_toml_syntax_is_used_only_for_toml_files(tmp_path: Path) -> None:
     assert "not valid JSON" in info.value.message
 
 
+def test_max_panes_goes_up_to_4096(tmp_path: Path) -> None:
+    path = tmp_path / "profiles.json"
+    path.write_text('{"max_panes": 4096}', encoding="utf-8")
+    assert load_profiles(str(path), demo_argv=DEMO_ARGV).max_panes == 4096
+
+
 # --- load: refusals ----------------------------------------------------------------------
 
 
@@ -440,7 +446,7 @@ def test_watchdog_without_nudge_text_is_refused(tmp_path: Path) -> None:
     ("document", "where"),
     [
         ({"max_panes": 0}, "max_panes"),
-        ({"max_panes": 257}, "max_panes"),
+        ({"max_panes": 4097}, "max_panes"),
         ({"max_panes": "3"}, "max_panes"),
         ({"max_panes": True}, "max_panes"),
         ({"allow_arbitrary_command": "yes"}, "allow_arbitrary_command"),
