@@ -149,8 +149,25 @@ def install(cli: Cli, version: str, prefix: Path) -> str:
     except subprocess.TimeoutExpired:
         return f"FAIL: install took over {INSTALL_TIMEOUT_S} s"
     if proc.returncode or not (prefix / cli.path).exists():
-        return "FAIL: " + _last_line(proc.stderr or proc.stdout)
+        # A failed npm install can leave the package's bin link behind (Kilo 7.8.1: its
+        # postinstall fails after the link is made); without it the CLI's tests skip
+        # instead of running a broken install.
+        (prefix / cli.path).unlink(missing_ok=True)
+        return "FAIL: " + install_error(proc.stderr or proc.stdout)
     return "ok"
+
+
+# The lines of an installer's output that say why it failed, most telling first.
+_INSTALL_ERRORS = re.compile(
+    r"No matching version[^\n]*|E404[^\n]*|404 Not Found[^\n]*|ERROR: [^\n]*"
+)
+
+
+def install_error(text: str) -> str:
+    """Why an install failed: npm's "No matching version …"/404 line or pip's ``ERROR:``
+    line (npm prints the real cause in the middle of pages of noise), else the last line."""
+    found = _INSTALL_ERRORS.search(text)
+    return found[0].strip()[:160] if found else _last_line(text)
 
 
 def _last_line(text: str) -> str:

@@ -100,6 +100,24 @@ def test_a_failed_install_is_its_row_and_runs_no_check() -> None:
     assert not rows["kilo"].passed
 
 
+def test_an_install_failure_says_why_from_the_middle_of_npm_s_noise() -> None:
+    # npm 10's output for @kilocode/cli@7.8.1 (its postinstall runs npm again).
+    output = (
+        "npm error code 1\nnpm error command sh -c node ./postinstall.mjs\n"
+        "npm error npm error code ETARGET\n"
+        "npm error npm error notarget No matching version found for "
+        "@kilocode/cli-linux-x64@7.8.1.\n"
+        "npm error A complete log of this run can be found in: /root/.npm/_logs/x.log\n"
+    )
+    assert drift.install_error(output) == (
+        "No matching version found for @kilocode/cli-linux-x64@7.8.1."
+    )
+    assert drift.install_error("ERROR: No matching distribution found for x==9\n") == (
+        "ERROR: No matching distribution found for x==9"
+    )
+    assert drift.install_error("something odd\nlast words\n") == "last words"
+
+
 def test_newest_versions_are_parsed_from_pip_and_the_pins_are_the_versions_file() -> None:
     output = "aider-chat (0.86.2)\nAvailable versions: 0.86.2, 0.86.1\n"
     assert drift.parse_pip_index(output) == "0.86.2"
