@@ -92,7 +92,7 @@ def test_every_profile_agent_kind_has_a_valid_versioned_rules_file(agent: str) -
 
 
 def test_generic_and_unknown_kinds_have_no_rules() -> None:
-    for agent in ("generic", "aider", "../demo", "Kiro"):
+    for agent in ("generic", "crush", "../demo", "Kiro"):
         rules = bundled_rules(agent)
         assert (rules.agent, rules.rules) == ("generic", ())
         assert classify(rules, ["anything", "› Allow once", "esc to interrupt"]) == Decision(

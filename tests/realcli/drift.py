@@ -191,7 +191,16 @@ def test_modules() -> list[str]:
 
 def run_tests(prefix: Path, junit: Path, workers: int, only: Iterable[str]) -> int:
     """pytest over the real-CLI modules against ``prefix``; its exit status."""
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not load"]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "not load",
+    ]  # the drift-only tests too
     argv += ["-n", str(workers), f"--junitxml={junit}", *test_modules()]
     names = list(only)
     if names:
