@@ -20,7 +20,9 @@ Usage::
     python -m tests.realcli.drift [--only kilo,aider] [--prefix DIR] [--workers 1]
                                   [--pinned] [--keep] [--json FILE]
 
-``--pinned`` installs the pinned versions instead (a check of the check). The exit status is
+``--pinned`` installs the pinned versions instead (a check of the check). The prefix must
+lie outside ``/tmp`` (confined panes get a private one); the default is a fresh directory
+under ``~/.cache``. The exit status is
 0 when every check of every CLI passed, 1 otherwise, 2 on a usage error. Nothing here
 changes the repo's own ``.npm-cli``; the scratch prefix is removed unless ``--keep``.
 """
@@ -338,6 +340,20 @@ def table(rows: Iterable[Row]) -> str:
     return "\n".join(lines)
 
 
+def under_tmp(path: Path) -> bool:
+    """True for a path under ``/tmp``: a confined pane has a private ``/tmp`` (a tmpfs), so
+    a CLI installed there is not found inside its sandbox and every confined test fails."""
+    return path.resolve().is_relative_to("/tmp")
+
+
+def scratch_prefix() -> Path:
+    """A fresh scratch prefix outside ``/tmp`` (see :func:`under_tmp`): under the user's
+    cache directory."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    cache.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="panewarden-drift-", dir=cache))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="comma-separated CLI names (default: all)")
@@ -356,7 +372,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown CLI {', '.join(unknown)}; known: {', '.join(c.name for c in every)}")
     chosen = [c for c in every if not wanted or c.name in wanted]
     rows = {c.name: Row(c) for c in chosen}
-    prefix = args.prefix or Path(tempfile.mkdtemp(prefix="panewarden-drift-"))
+    if args.prefix is not None and under_tmp(args.prefix):
+        ap.error(f"--prefix {args.prefix} is under /tmp, which confined panes do not see")
+    prefix = args.prefix or scratch_prefix()
     prefix.mkdir(parents=True, exist_ok=True)
     try:
         for row in rows.values():

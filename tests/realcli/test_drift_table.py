@@ -125,3 +125,15 @@ def test_newest_versions_are_parsed_from_pip_and_the_pins_are_the_versions_file(
     names = [cli.name for cli in drift.clis()]
     assert set(names) >= {"opencode", "claude", "codex", "gemini", "qwen", "kilo", "aider", "pi"}
     assert "test_first_prompt_load.py" not in " ".join(drift.test_modules())
+
+
+def test_a_prefix_under_tmp_is_refused_since_confined_panes_cannot_see_it() -> None:
+    assert drift.under_tmp(Path("/tmp/x/y"))
+    assert not drift.under_tmp(Path.home() / ".cache" / "x")
+    argv = [sys.executable, "-m", "tests.realcli.drift", "--prefix", "/tmp/drift-x", "--pinned"]
+    proc = subprocess.run(
+        argv, cwd=drift.REPO, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 2, proc
+    assert "confined panes do not see" in proc.stderr
+    assert not Path("/tmp/drift-x").exists()
