@@ -238,15 +238,22 @@ def clis_of(testcase: str, names: Sequence[str]) -> list[str]:
     return [name for name in names if name in words]
 
 
-def cause(cli: str, text: str) -> str:
+def cause(cli: str, text: str, label: str = "") -> str:
     """What broke, read from a failure's text: the recogniser, or a rules file and the
-    rules of the state that was expected and never read, or the screen text waited for."""
+    rules of the state that was expected and never read, or the screen text waited for.
+    An ACP pane reads no screen: its failures name the ACP room and the failure."""
     rules = RULES_DIR / f"{cli}.json"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "no message")
     if "dialog_unrecognized" in text or "dialog_changed" in text:
         found = re.search(r"(dialog_(?:unrecognized|changed)[^\n]{0,140})", text)
         return f"recogniser protocol/agents/kinds/{cli}.py: " + (found[1] if found else "")
     if "+ Timeout +" in text or "Failed: Timeout" in text:
         return "test timed out"
+    if label == "acp":
+        return f"ACP session (paneworker/acp): {first[:140]}"
+    shown = re.search(r"never showed ('[^']*'|\"[^\"]*\")", text)
+    if shown:
+        return f"start-up screen: {shown[1]} never shown"
     for state, hints in (
         ("blocked", ("'blocked'", "never read blocked", "('blocked', 'permission')")),
         ("idle", ("never read idle", "'idle'")),
@@ -254,13 +261,9 @@ def cause(cli: str, text: str) -> str:
         ("cancelled", ("'cancelled'",)),
     ):
         if any(hint in text for hint in hints):
-            return (
-                f"rules {rules.relative_to(REPO)}: {state} [{', '.join(_rule_ids(rules, state))}]"
-            )
-    shown = re.search(r"never showed ('[^']*'|\"[^\"]*\")", text)
-    if shown:
-        return f"start-up screen: {shown[1]} never shown"
-    return _last_line(text.split("\n\n")[0] if "\n" not in text.strip() else text)
+            ids = ", ".join(_rule_ids(rules, state))
+            return f"rules {rules.relative_to(REPO)}: {state} [{ids}]"
+    return first[:140]
 
 
 def _rule_ids(rules: Path, state: str) -> list[str]:
@@ -299,7 +302,7 @@ def read_junit(junit: Path, rows: dict[str, Row]) -> None:
             if _RANK[outcome] >= _RANK[row.checks.get(label, "skip")]:
                 row.checks[label] = outcome
             if outcome == "FAIL":
-                row.broke.append(f"{label}: {cause(cli, text)}")
+                row.broke.append(f"{label}: {cause(cli, text, label)}")
 
 
 _RANK = {"skip": 0, "pass": 1, "FAIL": 2}

@@ -91,6 +91,17 @@ def test_the_table_shows_versions_install_checks_and_what_broke(junit: Path) -> 
     assert "recogniser protocol/agents/kinds/kilo.py" in kilo
 
 
+def test_an_acp_failure_names_the_acp_room_not_screen_rules() -> None:
+    text = "AssertionError: ended {'state': 'idle'}\nassert 'idle' == 'done'"
+    assert drift.cause("opencode", text, "acp") == (
+        "ACP session (paneworker/acp): AssertionError: ended {'state': 'idle'}"
+    )
+    assert drift.cause("opencode", text).startswith("rules paneworker/status/rules/opencode")
+    assert drift.cause("kilo", "kilo never showed 'Ask anything' {'state': 'idle'}") == (
+        "start-up screen: 'Ask anything' never shown"
+    )
+
+
 def test_a_failed_install_is_its_row_and_runs_no_check() -> None:
     rows = _rows(["kilo"])
     rows["kilo"].install = "FAIL: 404 Not Found - GET .../@kilocode%2fcli-linux-x64"
