@@ -54,16 +54,20 @@ TESTS_TIMEOUT_S = 3600
 
 # Short names of the checks, from the test functions' names (first match wins).
 CHECK_LABELS: tuple[tuple[str, str], ...] = (
-    ("acp", "acp"),
+    ("acp_mode", "acp"),
     ("twenty_starts|consecutive_starts", "20 starts"),
+    # One session carrying prompt → done, allow_once, deny_once and removal (Kilo, Aider).
+    ("one_session", "session"),
+    ("turns_only|unasked", "turns only"),
     ("allow_once", "allow_once"),
     ("deny_once", "deny_once"),
     ("plain_prompt|prompt_is_turn|reply", "prompt→done"),
+    ("acquires|orchestrat", "orchestrator"),
     ("receipt", "turn output"),
+    ("every_start|first_prompt", "first prompt"),
     ("trust", "trust screen"),
     ("auth|sign_in|provider|login", "sign-in screen"),
     ("home_screen|reads_idle", "idle screen"),
-    ("acquires|orchestrat", "orchestrator"),
 )
 
 
