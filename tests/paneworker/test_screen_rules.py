@@ -509,6 +509,11 @@ SYNTHETIC = [
     ("demo", "prose_permission", ("unknown", None)),
     ("gemini", "prose_permission", ("idle", None)),
     ("qwen", "prose_permission", ("idle", None)),
+    # Kilo 7.7.7 and Aider 0.86.2: prose over a recorded idle layout; Aider's start-up
+    # question as measured live (0.86.2 without --no-gitignore).
+    ("kilo", "prose_permission", ("idle", None)),
+    ("aider", "prose_permission", ("idle", None)),
+    ("aider", "startup_question", ("blocked", "question")),
 ]
 
 
