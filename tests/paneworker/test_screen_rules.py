@@ -514,6 +514,8 @@ SYNTHETIC = [
     ("kilo", "prose_permission", ("idle", None)),
     ("aider", "prose_permission", ("idle", None)),
     ("aider", "startup_question", ("blocked", "question")),
+    # Pi 0.73.1 with no model configured, copied from a live pane.
+    ("pi", "no_models", ("blocked", "auth")),
 ]
 
 

@@ -62,6 +62,7 @@ class Env:
     home: Path
     work: Path
     model: FakeModel
+    bare: Path  # an empty HOME
 
 
 @pytest.fixture
@@ -92,21 +93,43 @@ async def env(tmp_path: Path, fake_model: FakeModel) -> AsyncIterator[Env]:
                     "confine": True,
                 }
             )
+    # Start-up screens: Aider asking about .gitignore (no --no-gitignore), Pi with no model.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    gitignore = [a for a in AIDER_ARGS if a != "--no-gitignore"]
+    profiles += [
+        {
+            "name": "aider-startup",
+            "agent": "aider",
+            "argv": [str(cli_path(PACKAGES["aider"])), *gitignore],
+            "cwds": [str(work)],
+            "env": cli_env("aider", fake_model.url, home),
+            "confine": True,
+        },
+        {
+            "name": "pi-startup",
+            "agent": "pi",
+            "argv": [str(cli_path(PACKAGES["pi"]))],
+            "cwds": [str(work)],
+            "env": {"HOME": str(bare), "PI_OFFLINE": "1"},
+            "confine": True,
+        },
+    ]
     pfile = tmp_path / "profiles.json"
     pfile.write_text(json.dumps({"profiles": profiles}))
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     try:
         async with Client(stdio_params(state, PANEWARDEN_PROFILES=str(pfile))) as client:
-            yield Env(Tools(client), home, work, fake_model)
+            yield Env(Tools(client), home, work, fake_model, bare)
     finally:
-        for proc in procs_of(home):
+        for proc in [*procs_of(home), *procs_of(bare)]:
             proc.kill()
         shutil.rmtree(short, ignore_errors=True)
 
 
-async def _ready(env: Env, cli: str, name: str) -> dict[str, Any]:
-    await env.tools.call("start_pane", name=name, profile=name)
+async def _ready(env: Env, cli: str, name: str, profile: str | None = None) -> dict[str, Any]:
+    await env.tools.call("start_pane", name=name, profile=profile or name)
     timeout = READY_TIMEOUT_S[cli]
     shown = await env.tools.call("wait_output", name=name, pattern=READY[cli], timeout_s=timeout)
     screen = (await env.tools.call("read_output", name=name))["text"]
@@ -195,12 +218,44 @@ async def test_pi_runs_tools_unasked_so_it_gets_status_and_turns_only(env: Env) 
     await remove_and_check_nothing_left(env.tools, "pi", env.home)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("profile", "text", "kind"),
+    [
+        ("aider-startup", "Add .aider* to .gitignore", "question"),
+        ("pi-startup", "No models available", "auth"),
+    ],
+)
+async def test_start_up_screens_read_blocked_and_never_idle(
+    env: Env, profile: str, text: str, kind: str
+) -> None:
+    cli = profile.split("-")[0]
+    need(PACKAGES[cli])
+    await env.tools.call("start_pane", name=profile, profile=profile)
+    shown = await env.tools.call("wait_output", name=profile, pattern=text, timeout_s=40)
+    assert shown["matched"], (await env.tools.call("read_output", name=profile))["text"]
+    status = await env.tools.call("get_status", name=profile)
+    if (status["state"], status["kind"]) != ("blocked", kind):
+        status = await env.tools.wait(profile, after=status["seq"], until=["blocked"])
+    assert (status["state"], status["kind"], status["turn"]) == ("blocked", kind, 0), status
+    found = await env.tools.call(
+        "wait_status", name=profile, after_seq=0, until=["idle", "done"], timeout_s=0.5
+    )
+    assert found["timed_out"], found
+    for answer in ("allow_once", "deny_once"):
+        refused = await env.tools.error("answer_dialog", name=profile, answer=answer)
+        assert refused["code"] == "dialog_unrecognized", refused
+        assert f"this one is a {kind} dialog" in refused["message"], refused
+    home = env.bare if cli == "pi" else env.home
+    await remove_and_check_nothing_left(env.tools, profile, home)
+
+
 async def _starts(env: Env, cli: str, profile: str, runs: int, removals: list[str]) -> None:
     """``runs`` starts of ``profile`` in a row; each pane is removed while the next starts."""
     async with anyio.create_task_group() as group:
         for run in range(runs):
             name = f"{profile}-{run}"
-            await _ready(env, cli, name)
+            await _ready(env, cli, name, profile)
             await _say(env, name, f"run {run} of {name}", 1)
             removals.append(name)
             group.start_soon(functools.partial(env.tools.call, "remove_pane", name=name))
