@@ -56,6 +56,10 @@ TESTS_TIMEOUT_S = 3600
 CHECK_LABELS: tuple[tuple[str, str], ...] = (
     ("acp_mode", "acp"),
     ("twenty_starts|consecutive_starts", "20 starts"),
+    # One pane carrying a whole session (Kilo, Aider): prompt, allow_once, deny_once, removal.
+    ("in_one_session", "session"),
+    ("runs_tools_unasked", "turns only"),
+    ("start_up_screens", "start-up screens"),
     # One session carrying prompt → done, allow_once, deny_once and removal (Kilo, Aider).
     ("one_session", "session"),
     ("turns_only|unasked", "turns only"),
