@@ -60,9 +60,6 @@ CHECK_LABELS: tuple[tuple[str, str], ...] = (
     ("in_one_session", "session"),
     ("runs_tools_unasked", "turns only"),
     ("start_up_screens", "start-up screens"),
-    # One session carrying prompt → done, allow_once, deny_once and removal (Kilo, Aider).
-    ("one_session", "session"),
-    ("turns_only|unasked", "turns only"),
     ("allow_once", "allow_once"),
     ("deny_once", "deny_once"),
     ("plain_prompt|prompt_is_turn|reply", "prompt→done"),
