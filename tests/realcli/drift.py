@@ -230,7 +230,7 @@ def check_label(function: str) -> str:
     return function.removeprefix("test_")[:24]
 
 
-def clis_of(testcase: str, names: Sequence[str]) -> list[str]:
+def clis_of(testcase: str, names: Sequence[str], module: str = "") -> list[str]:
     """The CLIs a test case is about: its parameter (``[kilo]``), else the CLI names in
     its function name (``test_gemini_…``, ``…_gemini_qwen…``)."""
     match = re.search(r"\[(.+)\]$", testcase)
@@ -240,6 +240,11 @@ def clis_of(testcase: str, names: Sequence[str]) -> list[str]:
         if hit:
             return hit
     words = set(re.split(r"[_\[\]\-]", testcase))
+    found = [name for name in names if name in words]
+    if found or not module:
+        return found
+    # A test about every CLI of its module (test_real_gemini_qwen's twenty starts).
+    words = set(re.split(r"[_.]", module))
     return [name for name in names if name in words]
 
 
@@ -301,7 +306,7 @@ def read_junit(junit: Path, rows: dict[str, Row]) -> None:
                 text = (node.get("message") or "") + "\n" + (node.text or "")
         if outcome == "pass" and case.find("skipped") is not None:
             outcome = "skip"
-        for cli in clis_of(name, names):
+        for cli in clis_of(name, names, case.get("classname", "")):
             row = rows[cli]
             # Several tests may share a label: a failure wins over a pass, a pass over a skip.
             if _RANK[outcome] >= _RANK[row.checks.get(label, "skip")]:
