@@ -44,6 +44,14 @@ class LaunchRules:
     required: ArgvRequirement | None = None
     # Permission modes the kind's adapter was measured in ("normal" only, so far).
     permission_modes: frozenset[str] = frozenset({"normal"})
+    # Profile variables refused whatever their value (they can turn every dialog off:
+    # Kilo's KILO_PERMISSION, Aider's AIDER_YES_ALWAYS), with why.
+    refused_env: tuple[str, ...] = ()
+    refused_env_why: str = ""
+    # True for a program that asks before nothing it runs (Pi): its panes must be
+    # confined. ``confine: false`` is refused at load time and a start that cannot be
+    # confined fails with ``sandbox_unavailable``, whatever the service's default.
+    confined_only: bool = False
 
     def named_by(self, argv: Sequence[str]) -> bool:
         """True when an element of ``argv`` names one of the kind's programs."""

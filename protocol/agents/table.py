@@ -9,7 +9,20 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 
-from protocol.agents.kinds import claude, codex, demo, devin, gemini, generic, kiro, opencode, qwen
+from protocol.agents.kinds import (
+    aider,
+    claude,
+    codex,
+    demo,
+    devin,
+    gemini,
+    generic,
+    kilo,
+    kiro,
+    opencode,
+    pi,
+    qwen,
+)
 from protocol.agents.spec import AgentSpec
 
 SPECS: Mapping[str, AgentSpec] = MappingProxyType(
@@ -23,6 +36,9 @@ SPECS: Mapping[str, AgentSpec] = MappingProxyType(
             codex.SPEC,
             gemini.SPEC,
             qwen.SPEC,
+            kilo.SPEC,
+            aider.SPEC,
+            pi.SPEC,
             demo.SPEC,
             generic.SPEC,
         )

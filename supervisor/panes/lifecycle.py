@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 
+from protocol.agents.table import launch_rules_for
 from protocol.boot import PaneLaunch
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import CAPTURE_QUIET_S, READ_QUIET_MAX_S, Close, Closed, Failed
@@ -110,7 +111,11 @@ class PaneLifecycle:
                 rows=rows,
                 environ=self._config.environ,
             )
-            confined = self.confiner.confined(spec.confinement, required=require_confined)
+            # A kind that asks before nothing (Pi) runs confined or not at all.
+            required = require_confined or any(
+                rules.launch.confined_only for rules in launch_rules_for(spec.agent, spec.argv)
+            )
+            confined = self.confiner.confined(spec.confinement, required=required)
             sandbox: PaneSandbox | None = None
             if confined:
                 sandbox = await asyncio.to_thread(

@@ -244,6 +244,16 @@ def _check_launch_rules(where: str, entry: ProfileEntry) -> None:
         missing = rules.required(entry.argv) if rules.required is not None else None
         if missing is not None:
             raise config_error(f"{where}.argv", missing)
+        for name in entry.env:
+            if name.upper() in rules.refused_env:
+                raise config_error(
+                    f"{where}.env.{name}", f"{rules.refusal}: {rules.refused_env_why}"
+                )
+        if rules.confined_only and entry.confine is False:
+            raise config_error(
+                f"{where}.confine",
+                f"{rules.refusal}: a {spec.name} pane must be confined (false is refused)",
+            )
         if entry.permission_mode not in rules.permission_modes:
             raise config_error(
                 f"{where}.permission_mode",

@@ -449,3 +449,28 @@ async def test_a_confined_controller_starts_only_confined_reviewers(host: Host) 
         # From outside (no pane identity), the same profile runs as it says.
         await tools.call("start_pane", name="outside", profile="loose")
         assert (await tools.call("get_status", name="outside"))["confined"] is False
+
+
+async def test_a_pi_pane_runs_confined_whatever_the_service_default_or_not_at_all(
+    host: Host,
+) -> None:
+    """Pi asks before nothing: a ``pi`` profile that leaves ``confine`` to the service runs
+    confined under ``PANEWARDEN_CONFINE=off``, and on a host that cannot confine it does not
+    start (under ``auto`` another kind would run unconfined there)."""
+    profiles = json.loads((host.base / "profiles.json").read_text())
+    for profile in profiles["profiles"]:
+        profile["agent"] = "pi"
+        del profile["confine"]
+    (host.base / "profiles.json").write_text(json.dumps(profiles))
+    async with Client(stdio_params(host.state, **host.env(PANEWARDEN_CONFINE="off"))) as client:
+        tools = Tools(client)
+        seen = await _probe(tools, host, "probe", {"token": ["read", str(host.token)]})
+        assert seen["token"] == "PermissionError:13", seen
+        assert (await tools.call("get_status", name="p"))["confined"] is True
+        await tools.call("remove_pane", name="p")
+    env = host.env(PATH="/nonexistent", PANEWARDEN_CONFINE="auto")
+    async with Client(stdio_params(host.state, **env)) as client:
+        tools = Tools(client)
+        refused = await tools.error("start_pane", name="p", profile="probe")
+        assert refused["code"] == "sandbox_unavailable", refused
+        assert (await tools.call("list_panes"))["panes"] == []

@@ -325,7 +325,7 @@ def test_real_codex_dialog_moves_the_focus_back_to_proceed() -> None:
     )
 
 
-@pytest.mark.parametrize("agent", ["codex", "generic", "aider", "gemini", "qwen"])
+@pytest.mark.parametrize("agent", ["codex", "generic", "aider", "pi", "gemini", "qwen"])
 def test_unmeasured_kinds_refuse_even_a_perfect_dialog(agent: str) -> None:
     signin = (CAPTURED / "codex" / "signin_menu.bin").read_bytes()[:1771]
     for screen in (opencode_dialog(), kiro_dialog(), devin_dialog(), DEMO_DIALOG, signin):

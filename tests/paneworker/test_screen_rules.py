@@ -92,7 +92,7 @@ def test_every_profile_agent_kind_has_a_valid_versioned_rules_file(agent: str) -
 
 
 def test_generic_and_unknown_kinds_have_no_rules() -> None:
-    for agent in ("generic", "aider", "../demo", "Kiro"):
+    for agent in ("generic", "crush", "../demo", "Kiro"):
         rules = bundled_rules(agent)
         assert (rules.agent, rules.rules) == ("generic", ())
         assert classify(rules, ["anything", "› Allow once", "esc to interrupt"]) == Decision(
@@ -509,6 +509,13 @@ SYNTHETIC = [
     ("demo", "prose_permission", ("unknown", None)),
     ("gemini", "prose_permission", ("idle", None)),
     ("qwen", "prose_permission", ("idle", None)),
+    # Kilo 7.7.7 and Aider 0.86.2: prose over a recorded idle layout; Aider's start-up
+    # question as measured live (0.86.2 without --no-gitignore).
+    ("kilo", "prose_permission", ("idle", None)),
+    ("aider", "prose_permission", ("idle", None)),
+    ("aider", "startup_question", ("blocked", "question")),
+    # Pi 0.73.1 with no model configured, copied from a live pane.
+    ("pi", "no_models", ("blocked", "auth")),
 ]
 
 

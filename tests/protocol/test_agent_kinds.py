@@ -54,8 +54,8 @@ def test_a_profile_of_every_kind_loads(agent: str) -> None:
 
 def test_a_kind_outside_the_table_is_refused_by_the_file_and_the_boot_record() -> None:
     with pytest.raises(PanewardenError, match=r"^profiles\[0\]\.agent: "):
-        parse_document({"profiles": [{"name": "p", "agent": "aider", "argv": ["aider"]}]})
-    launch = PaneLaunch(pane="p", agent="aider", argv=["a"], cwd="/", env={}, cols=80, rows=24)
+        parse_document({"profiles": [{"name": "p", "agent": "crush", "argv": ["crush"]}]})
+    launch = PaneLaunch(pane="p", agent="crush", argv=["a"], cwd="/", env={}, cols=80, rows=24)
     record = BootRecord(protocol_version=1, instance="i", secret=b"s", endpoint="e", launch=launch)
     with pytest.raises(ValueError, match="unknown agent kind"):
         decode_boot(encode_boot(record))
@@ -95,7 +95,9 @@ def test_every_kind_decides_about_its_dialogs(agent: str) -> None:
     on, among them a permission described in prose, which it must refuse."""
     spec = spec_for(agent)
     if spec.dialogs is None:
-        assert spec.evidence == "none", f"{agent}: a measured kind with no recogniser?"
+        # Only a program that asks before nothing (Pi) is measured without one, and then
+        # its panes must be confined.
+        assert spec.evidence == "none" or spec.launch.confined_only, agent
         return
     assert callable(spec.dialogs)
     assert (SCREENS / agent / "prose_permission.txt").is_file(), agent
@@ -111,7 +113,7 @@ def test_the_measured_clis_are_confirmed_by_their_turn_alone() -> None:
     """A cleared input line is no proof that one of them took a prompt (OpenCode's box
     empties before its session loaded): docs/operations.md "Delivery confirmation"."""
     by_turn = {s.name for s in SPECS.values() if s.submit_sign == "turn"}
-    assert by_turn == {"claude", "codex", "gemini", "opencode", "qwen"}
+    assert by_turn == {"claude", "codex", "gemini", "opencode", "qwen", "kilo", "aider", "pi"}
     with pytest.raises(ValueError, match="turn only"):
         dataclasses.replace(spec_for("gemini"), submit_sign="turn_or_cleared")
 

@@ -3,6 +3,10 @@
 #
 # Usage: tests/realcli/install.sh [PREFIX]   (default: .npm-cli, relative to the cwd)
 #
+# npm packages go to PREFIX/node_modules; Aider (PyPI `aider-chat`) to its own venv,
+# PREFIX/aider-venv, never into the project's environment (its pinned dependencies would
+# fight ours). Set REALCLI_SKIP_AIDER=1 to leave Aider out.
+#
 # Idempotent: a package already present at its pinned version is not reinstalled,
 # so a CI run that finds the prefix from an earlier run costs only a few `node` calls.
 # The pins live here and in versions.json beside this script; keep them in step.
@@ -22,7 +26,11 @@ pins=(
   # ACP adapters (tests/realcli/test_acp_real.py): Claude Code and Codex over ACP.
   "@zed-industries/claude-code-acp@0.16.2"
   "@zed-industries/codex-acp@0.16.0"
+  # 7.8.1 does not install: its platform package @kilocode/cli-linux-x64@7.8.1 is missing.
+  "@kilocode/cli@7.7.7"
+  "@mariozechner/pi-coding-agent@0.73.1"
 )
+aider_pin="0.86.2"
 
 installed_version() {
   # Prints the installed version of package $1 under the prefix, or nothing.
@@ -39,6 +47,26 @@ for pin in "${pins[@]}"; do
     missing+=("$pin")
   fi
 done
+
+aider_version() {
+  # Prints the version of aider-chat in the prefix's Aider venv, or nothing.
+  local py="$prefix/aider-venv/bin/python"
+  [ -x "$py" ] || return 0
+  "$py" -c 'import importlib.metadata as m; print(m.version("aider-chat"), end="")' 2>/dev/null || true
+}
+
+if [ "${REALCLI_SKIP_AIDER:-0}" != "1" ] && [ "$(aider_version)" != "$aider_pin" ]; then
+  # Python 3.10-3.12 (aider-chat's range); the venv is made once and reused.
+  py="${REALCLI_AIDER_PYTHON:-python3}"
+  echo "realcli: installing aider-chat==$aider_pin into $prefix/aider-venv"
+  [ -x "$prefix/aider-venv/bin/python" ] || "$py" -m venv "$prefix/aider-venv"
+  "$prefix/aider-venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "aider-chat==$aider_pin"
+  if [ "$(aider_version)" != "$aider_pin" ]; then
+    echo "realcli: aider-chat is '$(aider_version)', expected $aider_pin" >&2
+    exit 1
+  fi
+fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "realcli: all pinned CLIs present in $prefix"

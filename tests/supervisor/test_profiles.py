@@ -303,7 +303,7 @@ def test_every_agent_may_use_normal_mode(tmp_path: Path, agent: str) -> None:
 
 
 def test_unknown_agent_is_refused(tmp_path: Path) -> None:
-    assert refused_one(tmp_path, agent="aider").startswith("profiles[0].agent: ")
+    assert refused_one(tmp_path, agent="crush").startswith("profiles[0].agent: ")
 
 
 # --- Gemini CLI and Qwen Code: approvals stay on -------------------------------------

@@ -82,6 +82,8 @@ SHELL_TOOLS = (
     "shell_command",
     "local_shell",
 )
+# Aider's edit-format rules, appended to every user message of a chat turn.
+SHELL_BLOCK_MARKER = "*SEARCH/REPLACE block*"
 RUN_PATTERN = re.compile(r"RUN:\s*(.+)")
 SAY_PATTERN = re.compile(r"SAY:\s*(.+)")
 FINAL_TEXT = "done."
@@ -433,9 +435,17 @@ def decide(body: dict[str, Any], default_command: str | None) -> Decision:
         return Decision(None, {}, FINAL_TEXT)
     tools = _tools(body)
     name = next((t for t in SHELL_TOOLS if t in tools), None)
+    asked = _last_user_text(messages)
+    if name is None and SHELL_BLOCK_MARKER in asked:
+        # Aider offers no tools: it runs the commands of a fenced shell block in the reply.
+        # Its requests carry its edit-format rules, so side requests never get here.
+        said = SAY_PATTERN.search(asked)
+        match = RUN_PATTERN.search(asked)
+        if match:
+            return Decision(None, {}, f"```bash\n{match[1].strip()}\n```")
+        return Decision(None, {}, said[1].strip() if said else "ok")
     if name is None:
         return Decision(None, {}, "ok")
-    asked = _last_user_text(messages)
     said = SAY_PATTERN.search(asked)
     match = RUN_PATTERN.search(asked)
     if said and not match:
@@ -741,6 +751,41 @@ trust_level = "trusted"
         )
     )
     (gemini / "trustedFolders.json").write_text(json.dumps({str(work): "TRUST_FOLDER"}))
+    kilo = home / ".config" / "kilo"
+    kilo.mkdir(parents=True)
+    # Kilo Code is an OpenCode fork: the same config shape under its own name.
+    kilo_config = json.loads((opencode / "opencode.json").read_text())
+    del kilo_config["$schema"]
+    (kilo / "kilo.json").write_text(json.dumps(kilo_config))
+    pi = home / ".pi" / "agent"
+    pi.mkdir(parents=True)
+    (pi / "models.json").write_text(
+        json.dumps(
+            {
+                "providers": {
+                    "fake": {
+                        "baseUrl": url + "/v1",
+                        "api": "openai-completions",
+                        "apiKey": "dummy",
+                        "compat": {
+                            "supportsDeveloperRole": False,
+                            "supportsReasoningEffort": False,
+                        },
+                        "models": [{"id": "fake-model", "name": "Fake Model"}],
+                    }
+                }
+            }
+        )
+    )
+    (pi / "settings.json").write_text(
+        json.dumps(
+            {
+                "defaultProvider": "fake",
+                "defaultModel": "fake-model",
+                "enableInstallTelemetry": False,
+            }
+        )
+    )
     qwen = home / ".qwen"
     qwen.mkdir()
     (qwen / "settings.json").write_text(
@@ -772,6 +817,17 @@ def cli_env(cli: str, url: str, home: Path) -> dict[str, str]:
         env["FAKE_API_KEY"] = "dummy"
     elif cli == "opencode":
         env |= {"OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1"}
+    elif cli == "kilo":
+        env |= {"KILO_DISABLE_MODELS_FETCH": "1", "KILO_DISABLE_AUTOUPDATE": "1"}
+    elif cli == "pi":
+        env |= {"PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1"}
+    elif cli == "aider":
+        env |= {
+            "OPENAI_API_KEY": "dummy",
+            "OPENAI_API_BASE": url + "/v1",
+            # litellm fetches a model price list from the network at start-up otherwise.
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        }
     elif cli == "gemini":
         env |= {"GEMINI_API_KEY": "dummy", "GOOGLE_GEMINI_BASE_URL": url}
     elif cli == "qwen":
@@ -955,6 +1011,20 @@ class FakeModel:
 
 # ------------------------------------------------------------------ recordings
 
+# Aider offline against the fake model, in its default (pretty) output: --no-pretty shows
+# no working sign at all. --no-gitignore: no start-up question about .gitignore.
+AIDER_ARGS = (
+    "--model",
+    "openai/fake-model",
+    "--edit-format",
+    "diff",
+    "--no-check-update",
+    "--no-show-release-notes",
+    "--analytics-disable",
+    "--no-auto-commits",
+    "--no-show-model-warnings",
+    "--no-gitignore",
+)
 # Per CLI: the text of its ready prompt, the text of its dialog, the keys that end it.
 _RECORD = {
     "opencode": ("ask anything", "permission required", ["\x03"]),
@@ -962,15 +1032,31 @@ _RECORD = {
     "codex": ("ask codex to do anything", "would you like to run", ["\x03", "\x03"]),
     "gemini": ("type your message", "allow execution of", ["\x03", "\x03"]),
     "qwen": ("type your message", "allow execution of", ["\x03", "\x03"]),
+    "kilo": ("ask anything", "permission required", ["\x03"]),
+    "aider": ("diff>", "run shell command?", ["\x04"]),
+    "pi": ("fake-model", "", ["\x03", "\x03"]),
+}
+# What a running turn shows, where it is not Gemini's and Qwen's "esc to cancel".
+_WORKING = {"kilo": "esc interrupt", "aider": "waiting for", "pi": "working..."}
+# The keys that answer the dialog, where they are not Enter (allow) and Esc (deny): Kilo's
+# Esc opens a second panel whose Enter rejects; Aider reads a line.
+_ANSWER_KEYS = {
+    ("kilo", "deny"): ["\x1b", "\r"],
+    ("aider", "allow"): ["y\r"],
+    ("aider", "deny"): ["n\r"],
 }
 # Gemini and Qwen must run with their approval mode pinned (see docs/operations.md).
 PINNED_ARGV = {
     "gemini": ["gemini", "--approval-mode", "default"],
     "qwen": ["qwen", "--approval-mode", "default"],
+    "aider": [
+        "aider",
+        *AIDER_ARGS,
+    ],
 }
 REPLY_TEXT = "hello from the fake model"
 # How long the server takes to answer while recording, so that working screens are seen.
-RECORD_DELAY_S = {"gemini": 1.0, "qwen": 1.0}
+RECORD_DELAY_S = {"gemini": 1.0, "qwen": 1.0, "aider": 1.0, "pi": 1.0}
 
 
 def _argv(cli: str) -> list[str]:
@@ -987,7 +1073,7 @@ def reply_scenario(cli: str) -> Any:
     steps = [
         rc.Step(screen=ready, quiet=1.5, deadline=30, mark="ready", send=f"SAY: {REPLY_TEXT}"),
         rc.Step(quiet=0.5, deadline=3, mark="typed", send="\r"),
-        rc.Step(screen="esc to cancel", deadline=10, mark="working"),
+        rc.Step(screen=_WORKING.get(cli, "esc to cancel"), deadline=10, mark="working"),
         rc.Step(screen=REPLY_TEXT, quiet=1.5, deadline=15, mark="replied", send=exit_keys[0]),
         *[rc.Step(quiet=0.5, deadline=2, send=k) for k in exit_keys[1:]],
         rc.Step(exit=8),
@@ -1008,7 +1094,13 @@ def permission_scenario(cli: str, answer: str) -> Any:
 
     ready, dialog, exit_keys = _RECORD[cli]
     marker = f"{answer}.marker"
-    key, after = ("\r", "done.") if answer == "allow" else ("\x1b", None)
+    keys = _ANSWER_KEYS.get((cli, answer), ["\r" if answer == "allow" else "\x1b"])
+    key, after = keys[0], "done." if answer == "allow" and cli != "aider" else None
+    # Kilo's reject panel: shown after Esc, answered with Enter.
+    more = [
+        rc.Step(screen="reject permission", quiet=1.5, deadline=10, mark="reject_panel", send=k)
+        for k in keys[1:]
+    ]
     steps = [
         rc.Step(screen=ready, quiet=1.5, deadline=30, mark="ready", send=f"RUN: touch {marker}"),
         rc.Step(quiet=0.5, deadline=3, mark="typed", send="\r"),
@@ -1023,6 +1115,7 @@ def permission_scenario(cli: str, answer: str) -> Any:
             mark=None if cli == "codex" else "dialog",
             send=key,
         ),
+        *more,
         rc.Step(
             screen=after,
             quiet=1.5,

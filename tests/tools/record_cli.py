@@ -628,7 +628,8 @@ SCENARIOS: list[Scenario] = [
 def build_env(home: Path, prefix: Path, extra: dict[str, str]) -> dict[str, str]:
     """A minimal environment: nothing from the caller's, so no credentials leak in."""
     node = shutil.which("node")
-    path = [str(prefix / "node_modules" / ".bin")]
+    # Aider lives in its own venv under the prefix (tests/realcli/install.sh).
+    path = [str(prefix / "node_modules" / ".bin"), str(prefix / "aider-venv" / "bin")]
     if node:
         path.append(str(Path(node).parent))
     path += ["/usr/local/bin", "/usr/bin", "/bin"]

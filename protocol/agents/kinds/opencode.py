@@ -99,7 +99,7 @@ def recognise(screen: DialogScreen, answer: str) -> DialogPlan:
         # the command does not run and the turn ends; Shepherd measured the same on 2.2.7.
         return DialogPlan((ESC,), fingerprint)
     allow, always, reject = (
-        _label_background(screen, row, index, label)
+        label_background(screen, row, index, label)
         for (row, index), label in zip(found, shown, strict=True)
     )
     if allow == "default":
@@ -109,8 +109,10 @@ def recognise(screen: DialogScreen, answer: str) -> DialogPlan:
     return DialogPlan((ENTER,), fingerprint)
 
 
-def _label_background(screen: DialogScreen, row: int, index: int, label: str) -> str:
-    """The one background of a label's cells; refuses on reverse video or mixed colours."""
+def label_background(screen: DialogScreen, row: int, index: int, label: str) -> str:
+    """The one background of a label's cells; refuses on reverse video or mixed colours.
+
+    Shared with Kilo Code, whose dialog is OpenCode's."""
     cells = screen.cells(row)
     text, columns = text_columns(cells)
     if text.rstrip() != screen.lines[row] or text[index : index + len(label)] != label:

@@ -1,0 +1,30 @@
+"""Pi (npm ``@mariozechner/pi-coding-agent``): status and turns only; always confined.
+
+Measured on 0.73.1 against the fake model on loopback (tests/realcli): a ``bash`` tool
+call runs at once, with no confirmation step of any kind (its README: "No permission
+popups. Run in a container"). So there is no dialog to recognise, no flag that turns
+one off, and the only guard panewarden can give is the sandbox: a pi profile may not
+say ``confine: false``, and a pi pane that cannot be confined does not start.
+"""
+
+from __future__ import annotations
+
+from protocol.agents.spec import AgentSpec, LaunchRules
+
+SPEC = AgentSpec(
+    name="pi",
+    evidence="measured",
+    rules="pi",
+    dialogs=None,
+    enter_after_echo=False,
+    submit_sign="turn",
+    launch=LaunchRules(
+        # Only the package name: a bare "pi" is a substring of too many paths.
+        cli_names=("pi-coding-agent",),
+        refusal="pi runs every tool without asking",
+        confined_only=True,
+    ),
+    model_flags=None,
+    summary="Pi: screen status and turns only (it asks before nothing); always confined",
+    home_writable=(".pi/",),
+)
