@@ -109,7 +109,7 @@ def run(options: Options) -> Sequence[Figure]:
     note = f"{runs} spawns each, alternating; {os.cpu_count()} CPUs"
     return [
         Figure(
-            "serve --stdio: spawn → initialize answered",
+            "initialize.spawn_to_initialize",
             "ms",
             ours_init,
             reference="bare SDK echo server",
@@ -120,7 +120,7 @@ def run(options: Options) -> Sequence[Figure]:
             note=note,
         ),
         Figure(
-            "serve --stdio: spawn → tools/list answered",
+            "initialize.spawn_to_tools_list",
             "ms",
             ours_list,
             reference="bare SDK echo server",
