@@ -69,7 +69,16 @@ RECORD_KEY = "template"
 START_TIMEOUT_S = 20.0
 # A pane start waits this long for a template that is starting, then starts cold.
 WAIT_FOR_START_S = 5.0
+# A template with a fork pending that answers no fork for this long is hung. Forks are
+# answered in order, so under a storm of starts (1,000 at once) the last waits far
+# longer than this while the template keeps answering: progress, not a hang.
 FORK_TIMEOUT_S = 5.0
+# However busy the template, one start waits at most this long for its fork.
+MAX_FORK_WAIT_S = 120.0
+# Fork requests sent and not yet answered, at most: the rest wait in the supervisor.
+# Their packets (each with a descriptor) would otherwise fill the socket's queue
+# (EAGAIN) under a storm of starts, and each would start its worker cold.
+MAX_FORKS_IN_FLIGHT = 8
 PROOF_TIMEOUT_S = 2.0
 STOP_TIMEOUT_S = 5.0
 # A template that dies sooner than this after its start counts as a failed start.
@@ -117,6 +126,8 @@ class TemplateHandle:
     hello: asyncio.Future[TemplateHello]
     started: float = field(default_factory=time.monotonic)
     pending: dict[int, asyncio.Future[tuple[Forked, int]]] = field(default_factory=dict)
+    # When it last answered a fork (forked or failed): its progress through the queue.
+    answered_at: float = 0.0
     proven: bool = False
     # Asked to stop (retired, replaced or the service stopping): its death is expected.
     retired: bool = False
@@ -165,6 +176,7 @@ class TemplateManager:
         self._failures = 0
         self._retry_at = 0.0
         self._rids = itertools.count(1)
+        self._fork_slots = asyncio.Semaphore(MAX_FORKS_IN_FLIGHT)
         self._stopping = False
 
     # ------------------------------------------------------------ lifecycle
@@ -222,6 +234,18 @@ class TemplateManager:
         Raises:
             TemplateUnavailable: no template could fork it (start the worker cold).
         """
+        sent_by = time.monotonic() + MAX_FORK_WAIT_S
+        try:
+            async with asyncio.timeout(MAX_FORK_WAIT_S):
+                await self._fork_slots.acquire()
+        except TimeoutError:
+            raise TemplateUnavailable(f"no fork slot in {MAX_FORK_WAIT_S:.0f}s") from None
+        try:
+            return await self._fork_in_slot(boot, sent_by)
+        finally:
+            self._fork_slots.release()
+
+    async def _fork_in_slot(self, boot: bytes, answered_by: float) -> ForkedWorker:
         handle = await self._ready()
         assert handle.sock is not None
         read_fd, write_fd = os.pipe()
@@ -240,12 +264,7 @@ class TemplateManager:
                 raise TemplateUnavailable(f"cannot reach the template: {exc}") from exc
             finally:
                 os.close(read_fd)
-            try:
-                forked, pidfd = await asyncio.wait_for(asyncio.shield(future), FORK_TIMEOUT_S)
-            except TimeoutError:
-                log.error("the worker template did not fork in %.0fs; replacing it", FORK_TIMEOUT_S)
-                self._retire(handle)
-                raise TemplateUnavailable("the template did not answer") from None
+            forked, pidfd = await self._answer(handle, future, answered_by)
         except BaseException:
             _kill_late(future)
             raise
@@ -259,6 +278,36 @@ class TemplateManager:
             raise TemplateUnavailable("the forked worker is not the process reported")
         self._failures = 0
         return ForkedWorker(pid=forked.pid, pidfd=pidfd, start_ticks=forked.start_ticks)
+
+    async def _answer(
+        self,
+        handle: TemplateHandle,
+        future: asyncio.Future[tuple[Forked, int]],
+        answered_by: float,
+    ) -> tuple[Forked, int]:
+        """Wait for the template's answer to one fork, for as long as it makes progress.
+
+        The template is replaced only when it answered nothing, neither this fork nor
+        any other, for ``FORK_TIMEOUT_S`` since this one was sent; the wait ends at
+        ``answered_by`` whatever the template does.
+        """
+        sent = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if now >= answered_by:
+                raise TemplateUnavailable(f"no fork answer in {MAX_FORK_WAIT_S:.0f}s")
+            quiet_since = max(sent, handle.answered_at)
+            left = min(quiet_since + FORK_TIMEOUT_S, answered_by) - now
+            if quiet_since + FORK_TIMEOUT_S <= now:
+                log.error(
+                    "the worker template answered no fork in %.0fs; replacing it", FORK_TIMEOUT_S
+                )
+                self._retire(handle)
+                raise TemplateUnavailable("the template did not answer")
+            try:
+                return await asyncio.wait_for(asyncio.shield(future), left)
+            except TimeoutError:
+                continue
 
     async def _ready(self) -> TemplateHandle:
         if not self.enabled:
@@ -504,6 +553,7 @@ class TemplateManager:
             if isinstance(msg, TemplateHello):
                 self._on_hello(handle, msg)
             elif isinstance(msg, ForkFailed):
+                handle.answered_at = time.monotonic()
                 future = handle.pending.get(msg.rid)
                 if future is not None and not future.done():
                     future.set_exception(TemplateUnavailable(msg.message[:200]))
@@ -526,6 +576,7 @@ class TemplateManager:
             handle.hello.exception()  # retrieved: the waiter may have timed out already
 
     def _on_forked(self, handle: TemplateHandle, msg: Forked, fds: list[int]) -> None:
+        handle.answered_at = time.monotonic()
         future = handle.pending.get(msg.rid)
         if len(fds) != 1:
             _close_all(fds)
