@@ -5,15 +5,22 @@ The walk records the pane's descendants for the kill list the supervisor keeps. 
 process can only appear after something happened in the pane: the program wrote, read
 input, a child exited (SIGCHLD) or the program was just spawned. So for
 ``BUSY_FOR_S`` after any of these the tree is walked every ``BUSY_SCAN_S``, and
-otherwise every ``IDLE_SCAN_S`` (an idle worker then wakes up for it a few times a
-minute). The worker is a subreaper either way: an orphan it never saw still re-parents
-to it, and the scan never decides whether one is caught.
+otherwise every ``IDLE_SCAN_S`` (an idle worker walks it on the wake-up the
+supervisor's heartbeat causes: :meth:`ScanPacer.may_ride`). The worker is a subreaper
+either way: an orphan it never saw still re-parents to it, and the scan never decides
+whether one is caught.
 """
 
 from __future__ import annotations
 
+from protocol.timing import HEARTBEAT_S
+
 BUSY_SCAN_S = 0.25
-IDLE_SCAN_S = 5.0
+# A little longer than the heartbeat period: the supervisor's beat then always comes
+# before the walk is due and carries it (``may_ride``). At exactly one period the walk's
+# own timer fired a few ms before each beat (the supervisor's period is 5 s plus its
+# loop's lag): two wake-ups per period for an idle worker instead of one.
+IDLE_SCAN_S = 1.1 * HEARTBEAT_S
 BUSY_FOR_S = 3.0
 
 
@@ -33,6 +40,12 @@ class ScanPacer:
     def due(self, now: float) -> bool:
         """True when a walk is due now."""
         return now >= self.next_at
+
+    def may_ride(self, now: float, next_wake_in_s: float) -> bool:
+        """True when an idle-paced walk would be due before the next expected wake-up:
+        done on this one instead, the walk moves onto the heartbeat's phase (rather than
+        waking the worker a fixed phase away from it, period after period)."""
+        return now >= self.busy_until and self.next_at <= now + next_wake_in_s
 
     def scanned(self, now: float) -> None:
         """A walk just ran: schedule the next one."""

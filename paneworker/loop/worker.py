@@ -27,7 +27,7 @@ from paneworker.acp.pipes import PipeProgram
 from paneworker.acp.session import AcpSession
 from paneworker.confine.egress_proxy import EgressProxy, start_egress
 from paneworker.loop.link import SupervisorLink
-from paneworker.loop.pacing import BUSY_SCAN_S, ScanPacer
+from paneworker.loop.pacing import ScanPacer
 from paneworker.procs.oscalls import OsCalls
 from paneworker.procs.program import Program
 from paneworker.procs.reaper import Reaper
@@ -202,15 +202,17 @@ class PaneWorker:
                 if self.acp is not None and any(fd in events for fd in registered):
                     self.timers.scan.activity(time.monotonic())
                     self._service_pipes()
+                beat = False
                 if self.link.socket in events:
                     for msg in self.link.receive_ready():
+                        beat = beat or isinstance(msg, Heartbeat)
                         self.timers.last_rx = time.monotonic()
                         if self.timers.orphan_deadline is not None:
                             log.info("supervisor is back", extra={"pane": self.boot.launch.pane})
                             self.timers.orphan_deadline = None
                         self.requests.handle(msg)
                 self._reap_children()
-                self._run_timers()
+                self._run_timers(beat)
                 self.screen.after_step()
                 self.screen.screen_feed.step()
         finally:
@@ -277,17 +279,22 @@ class PaneWorker:
         if mask & (zmq.POLLIN | zmq.POLLERR):
             self.screen.drain()
 
-    def _run_timers(self) -> None:
+    def _run_timers(self, beat: bool) -> None:
+        """``beat``: this wake-up brought the supervisor's heartbeat."""
         now = time.monotonic()
         t = self.timers
         # Periodic work due within the slack rides on this wake-up rather than causing
-        # its own: an idle worker wakes about once per heartbeat, for everything.
+        # its own: an idle worker wakes about once per heartbeat, for everything. On
+        # the supervisor's beat, whatever would be due before the next beat rides on it
+        # (the next is a period away), so the worker's timers take the beat's phase at
+        # its first beat instead of drifting onto it period by period.
         soon = now + self.boot.heartbeat_s * TIMER_SLACK_BEATS
-        if t.scan.due(now) or (t.scan.next_at - now > BUSY_SCAN_S and t.scan.due(soon)):
+        next_beat = now + self.boot.heartbeat_s
+        if t.scan.due(now) or (beat and t.scan.may_ride(now, self.boot.heartbeat_s)):
             t.scan.scanned(now)
             if self.reaper.scan():
                 self._send_descendants()
-        if soon >= t.heartbeat_at:
+        if soon >= t.heartbeat_at or (beat and next_beat >= t.heartbeat_at):
             # A period a little longer than the supervisor's: its heartbeat (every
             # heartbeat_s) then arrives before our own is due, and ours rides on that
             # wake-up. With the same period the two lock a few ms apart (the
