@@ -10,10 +10,10 @@ For each count, one fresh service (real, over MCP stdio, ``max_panes`` = the cou
   programs cost nothing) in % of one core: over the first minute from the moment all
   were idle, and over 60 s after a 10 s settle (the two windows overlap: 70 s in all);
 - total PSS of those processes;
-- ``list_panes`` and ``get_status`` p50, alternated with the SDK echo tool
-  (``bench.echo_server``) from a second client: the ratio under the same load (calls
-  back to back: ``list_panes`` reuses each pane's usage sample for 0.5 s); and
-  ``list_panes`` 0.6 s apart, each walking every pane's process tree;
+- ``get_status`` p50, alternated with the SDK echo tool (``bench.echo_server``) from a
+  second client: the ratio under the same load;
+- ``list_panes`` p50, back to back (it reuses each pane's usage sample for 0.5 s), and
+  0.6 s apart, each walking every pane's process tree;
 - ``wait_any`` over 16 idle panes (answered at once: the call's own cost), p99;
 - a worker SIGKILLed: until ``wait_status`` returns ``lost``.
 
@@ -84,26 +84,34 @@ async def _idle(procs: set[int], settle_s: float, window_s: float) -> tuple[floa
     return first, settled
 
 
-async def _latency(
-    service: Service, echo: Client, name: str, runs: int
-) -> tuple[list[float], list[float], list[float]]:
-    """list_panes, get_status and echo call times (ms), alternated."""
-    lists: list[float] = []
-    status: list[float] = []
-    echoes: list[float] = []
+async def _lists(service: Service, runs: int) -> list[float]:
+    """list_panes call times (ms), back to back."""
+    out: list[float] = []
     for _ in range(runs):
         t0 = time.perf_counter()
         await service.call("list_panes")
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+async def _status_and_echo(
+    service: Service, echo: Client, name: str, runs: int
+) -> tuple[list[float], list[float]]:
+    """get_status and echo call times (ms), alternated: the same load for both. Not
+    right after a list_panes: its ~0.6 MB answer's aftermath (the client parsing and
+    collecting it) would land on whichever call comes next."""
+    status: list[float] = []
+    echoes: list[float] = []
+    for _ in range(runs):
         t1 = time.perf_counter()
         await service.call("get_status", name=name)
         t2 = time.perf_counter()
         result = await echo.call_tool("echo", {"text": "q"}, read_timeout_seconds=60)
         t3 = time.perf_counter()
         assert not result.is_error
-        lists.append((t1 - t0) * 1000)
         status.append((t2 - t1) * 1000)
         echoes.append((t3 - t2) * 1000)
-    return lists, status, echoes
+    return status, echoes
 
 
 async def _fresh_lists(service: Service, runs: int) -> list[float]:
@@ -151,8 +159,9 @@ async def _measure(count: int, smoke: bool) -> dict[str, list[float]]:
         )
         async with Client(params) as echo:
             runs = 10 if smoke else 100
-            await _latency(service, echo, next(iter(workers)), 5)  # warm both
-            lists, status, echoes = await _latency(service, echo, next(iter(workers)), runs)
+            await _status_and_echo(service, echo, next(iter(workers)), 5)  # warm both
+            status, echoes = await _status_and_echo(service, echo, next(iter(workers)), runs)
+        lists = await _lists(service, runs)
         fresh = await _fresh_lists(service, 2 if smoke else 5)
         waits = await _wait_any(service, list(workers), 20 if smoke else 200)
         lost = await _kill_to_lost(service, workers, 1 if smoke else 5)
