@@ -234,14 +234,14 @@ class TemplateManager:
         Raises:
             TemplateUnavailable: no template could fork it (start the worker cold).
         """
-        sent_by = time.monotonic() + MAX_FORK_WAIT_S
+        answered_by = time.monotonic() + MAX_FORK_WAIT_S
         try:
             async with asyncio.timeout(MAX_FORK_WAIT_S):
                 await self._fork_slots.acquire()
         except TimeoutError:
             raise TemplateUnavailable(f"no fork slot in {MAX_FORK_WAIT_S:.0f}s") from None
         try:
-            return await self._fork_in_slot(boot, sent_by)
+            return await self._fork_in_slot(boot, answered_by)
         finally:
             self._fork_slots.release()
 
