@@ -24,7 +24,7 @@ only when the visible text or the window title changed, at most every
 ``RULES_INTERVAL_S``, and only once the same decision was seen on two evaluations
 in a row, so a frame caught half-drawn never flips the status on its own (and,
 before the first client input, an ``idle`` only once the screen was quiet for the
-rules' ``startup_quiet_s``). The
+rules' ``startup_quiet_s``, after it for their ``idle_quiet_s``). The
 rules read the screen and, for agents that put their state there, the window title
 (cross-checked with the screen: a title alone never reads idle). The OSC record
 always wins while it exists; ``source`` says which one decided (``osc7501``,
@@ -94,7 +94,7 @@ class _RulesProgress:
 
     # What was last looked at: the text generation and the window title.
     generation: tuple[int, str] | None = None
-    # When a look last found the screen or title changed (for startup_quiet_s).
+    # When a look last found the screen or title changed (for the quiet periods).
     changed_at: float = 0.0
     due: float = 0.0
     pending: tuple[str, str | None] | None = None
@@ -334,7 +334,7 @@ class ScreenState:
         if key != progress.pending:
             progress.pending = key
             return
-        if self._startup_idle_unsettled(decision.state, now):
+        if self._idle_unsettled(decision.state, now):
             return  # still pending: looked at again every interval until quiet long enough
         progress.pending = None
         progress.applied = key
@@ -351,10 +351,12 @@ class ScreenState:
         """True while the program's own OSC 7501 root record decides the state."""
         return self.terminal.records.root is not None
 
-    def _startup_idle_unsettled(self, state: str, now: float) -> bool:
-        """An idle before the first input that has not been quiet for ``startup_quiet_s``."""
-        quiet_s = self.rules.startup_quiet_s
-        if state != "idle" or quiet_s <= 0 or self.status.input_seen:
+    def _idle_unsettled(self, state: str, now: float) -> bool:
+        """An idle not yet quiet for the rules' ``startup_quiet_s`` (before the first
+        input) or ``idle_quiet_s`` (after it)."""
+        rules = self.rules
+        quiet_s = rules.idle_quiet_s if self.status.input_seen else rules.startup_quiet_s
+        if state != "idle" or quiet_s <= 0:
             return False
         return now - self._rules.changed_at < quiet_s
 

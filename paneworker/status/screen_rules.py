@@ -37,6 +37,11 @@ made only of ``none`` would match almost any screen.
 input, ``idle`` is applied only once the screen and title have not changed for that long.
 Gemini CLI draws its input box for a moment before its folder-trust prompt or its real
 first frame; that provisional idle must not reach a client.
+
+``idle_quiet_s`` (default 0, the same bound): the same after the first input, so a turn
+ends only once its idle screen stood still that long. Aider clears its "Waiting for"
+spinner before it draws the reply, leaving its prompt (with the submitted text) under
+its rule: its idle screen, for 20 ms here, longer on a loaded machine.
 """
 
 from __future__ import annotations
@@ -96,6 +101,7 @@ class _RulesFile(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     version: int
     rules: tuple[_RuleSpec, ...]
     startup_quiet_s: float = 0.0
+    idle_quiet_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,7 @@ class RuleSet:
     rules: tuple[Rule, ...]
     source: str
     startup_quiet_s: float = 0.0
+    idle_quiet_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -229,6 +236,8 @@ def parse_rules(data: bytes, *, agent: str, source: str) -> RuleSet:
         raise RulesError(f"{source}: more than {MAX_RULES} rules")
     if not 0 <= spec.startup_quiet_s <= MAX_STARTUP_QUIET_S:
         raise RulesError(f"{source}: startup_quiet_s must be 0..{MAX_STARTUP_QUIET_S:g}")
+    if not 0 <= spec.idle_quiet_s <= MAX_STARTUP_QUIET_S:
+        raise RulesError(f"{source}: idle_quiet_s must be 0..{MAX_STARTUP_QUIET_S:g}")
     seen: set[str] = set()
     rules: list[Rule] = []
     for rule in spec.rules:
@@ -242,6 +251,7 @@ def parse_rules(data: bytes, *, agent: str, source: str) -> RuleSet:
         rules=tuple(rules),
         source=source,
         startup_quiet_s=spec.startup_quiet_s,
+        idle_quiet_s=spec.idle_quiet_s,
     )
 
 

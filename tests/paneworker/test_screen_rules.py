@@ -193,9 +193,10 @@ def test_an_older_or_broken_override_is_ignored_and_logged(
     assert "older than the bundled" in messages and "override refused" in messages
 
 
-def test_an_override_can_give_rules_to_a_kind_without_bundled_ones(tmp_path: Path) -> None:
+def test_an_override_replaces_a_newer_kinds_bundled_rules(tmp_path: Path) -> None:
     rule = {"id": "prompt", "state": "idle", "regex": "^aider> $"}
-    (tmp_path / "aider.json").write_bytes(rules_json(rule, agent="aider"))
+    version = bundled_rules("aider").version
+    (tmp_path / "aider.json").write_bytes(rules_json(rule, agent="aider", version=version))
     assert decide_with(load_rules("aider", tmp_path), ["aider> "]) == ("idle", None)
 
 
@@ -638,6 +639,38 @@ def test_a_recorded_opencode_turn_is_idle_working_done_from_the_screen() -> None
         ("working", None, 1, "screen"),
         ("done", None, 1, "screen"),
     ]
+
+
+def test_aider_clearing_its_spinner_before_the_answer_does_not_end_the_turn() -> None:
+    """Aider 0.86.2 erases its "Waiting for" spinner before it draws the model's answer:
+    for 20 ms in the recording (offsets 2634-2646), longer on a loaded machine, its
+    screen is its idle one (the submitted prompt under its rule). Held for 0.3 s (three
+    looks), that frame must not end the turn: the next state is the dialog. Without
+    ``idle_quiet_s`` it read done first (a drift-check run saw a turn done without its
+    reply)."""
+    data = (CAPTURED / "aider" / "permission_allow.bin").read_bytes()
+    for quiet_s in (None, 0.0):
+        pane = Pane("aider")
+        if quiet_s is not None:
+            pane.screen.rules = dataclasses.replace(pane.screen.rules, idle_quiet_s=quiet_s)
+        pane.screen.feed(data[:1967])
+        pane.settle_start()
+        pane.screen.status.note_input()  # the recorded prompt was submitted here
+        pane.screen.feed(data[1967:2592])
+        pane.settle()
+        pane.screen.feed(data[2592:2646])  # the spinner erased, nothing drawn yet
+        for _ in range(3):
+            pane.step()
+        pane.screen.feed(data[2646:3721])
+        pane.settle()
+        if quiet_s is None:
+            assert pane.statuses == [
+                ("idle", None, 0, "screen"),
+                ("working", None, 1, "screen"),
+                ("blocked", "permission", 1, "screen"),
+            ]
+        else:
+            assert ("done", None, 1, "screen") in pane.statuses  # the rule is what holds it
 
 
 @pytest.mark.parametrize(
