@@ -84,10 +84,13 @@ async def _idle(procs: set[int], settle_s: float, window_s: float) -> tuple[floa
     return first, settled
 
 
-async def _lists(service: Service, runs: int) -> list[float]:
-    """list_panes call times (ms), back to back."""
+async def _lists(service: Service, runs: int, apart_s: float = 0.0) -> list[float]:
+    """list_panes call times (ms), back to back or ``apart_s`` apart (past the usage
+    meter's reuse interval, each one walks every pane's process tree)."""
     out: list[float] = []
     for _ in range(runs):
+        if apart_s:
+            await asyncio.sleep(apart_s)
         t0 = time.perf_counter()
         await service.call("list_panes")
         out.append((time.perf_counter() - t0) * 1000)
@@ -112,18 +115,6 @@ async def _status_and_echo(
         status.append((t2 - t1) * 1000)
         echoes.append((t3 - t2) * 1000)
     return status, echoes
-
-
-async def _fresh_lists(service: Service, runs: int) -> list[float]:
-    """list_panes call times (ms) spaced past the usage meter's reuse interval: each
-    one walks every pane's process tree."""
-    out: list[float] = []
-    for _ in range(runs):
-        await asyncio.sleep(MIN_SAMPLE_INTERVAL_S + 0.1)
-        t0 = time.perf_counter()
-        await service.call("list_panes")
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
 
 
 async def _wait_any(service: Service, names: list[str], runs: int) -> list[float]:
@@ -162,7 +153,7 @@ async def _measure(count: int, smoke: bool) -> dict[str, list[float]]:
             await _status_and_echo(service, echo, next(iter(workers)), 5)  # warm both
             status, echoes = await _status_and_echo(service, echo, next(iter(workers)), runs)
         lists = await _lists(service, runs)
-        fresh = await _fresh_lists(service, 2 if smoke else 5)
+        fresh = await _lists(service, 2 if smoke else 5, MIN_SAMPLE_INTERVAL_S + 0.1)
         waits = await _wait_any(service, list(workers), 20 if smoke else 200)
         lost = await _kill_to_lost(service, workers, 1 if smoke else 5)
     return {

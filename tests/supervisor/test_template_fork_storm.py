@@ -19,35 +19,22 @@ import tempfile
 import time
 from pathlib import Path
 
-import anyio
 import pytest
 
 from protocol.agents.table import GENERIC
 from protocol.boot import PaneLaunch
-from protocol.messages import Close
 from protocol.timing import ORPHAN_AFTER_S
 from supervisor.workers import template as template_module
 from supervisor.workers.manager import WorkerHandle, WorkerManager
 from supervisor.workers.template import TemplateManager
 from tests.polling import apoll
+from tests.supervisor import close_worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
 START = 300
 FORK_TIMEOUT_S = 1.0
 WAIT_S = 60.0
-
-
-async def _close(manager: WorkerManager, handle: WorkerHandle) -> None:
-    if handle.dead:
-        return
-    manager.send(handle, Close(rid=0, grace_s=1.0))
-    with anyio.move_on_after(10):
-        await handle.died.wait()
-    if not handle.died.is_set():
-        manager.kill(handle)
-        with anyio.fail_after(10):
-            await handle.died.wait()
 
 
 async def test_a_storm_of_starts_is_forked_by_one_template(
@@ -101,6 +88,6 @@ async def test_a_storm_of_starts_is_forked_by_one_template(
             assert template.active is first
             await asyncio.gather(*(manager.wait_ready(h) for h in handles))
         finally:
-            await asyncio.gather(*(_close(manager, h) for h in handles if h.pid))
+            await asyncio.gather(*(close_worker(manager, h) for h in handles if h.pid))
             await manager.close()
             await template.stop(keep=False)

@@ -19,14 +19,14 @@ import tempfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-import anyio
 import pytest
 
 from protocol.agents.table import GENERIC
 from protocol.boot import PaneLaunch
-from protocol.messages import Close, Hello, Introduce, Ok, Ping, ToSupervisor
+from protocol.messages import Hello, Introduce, Ok, Ping, ToSupervisor
 from supervisor.workers.manager import WorkerHandle, WorkerManager
 from tests.polling import apoll
+from tests.supervisor import close_worker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -104,20 +104,8 @@ async def running() -> AsyncIterator[Running]:
             yield Running(manager, handle, sink)
         finally:
             if handle is not None:
-                await _close_worker(manager, handle)
+                await close_worker(manager, handle)
             await manager.close()
-
-
-async def _close_worker(manager: WorkerManager, handle: WorkerHandle) -> None:
-    """Ask the worker to close its pane and exit (no reply awaited: the receive loop may
-    be dead), SIGKILL it if it lingers; its death comes through its pidfd either way."""
-    manager.send(handle, Close(rid=0, grace_s=1.0))
-    with anyio.move_on_after(WAIT_S):
-        await handle.died.wait()
-    if not handle.died.is_set():
-        manager.kill(handle)
-        with anyio.fail_after(WAIT_S):
-            await handle.died.wait()
 
 
 def _records(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRecord]:
