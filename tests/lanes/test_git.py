@@ -71,11 +71,14 @@ async def test_linked_worktrees_are_told_from_the_primary_checkout_and_clones(
 
     for argv, child_env in runner.calls:
         assert argv[:4] == ["git", "--no-pager", "--no-optional-locks", "-C"]
-        # Nothing of the supervisor's environment but PATH (its GIT_DIR above among it).
+        # Nothing of the supervisor's environment but PATH (its GIT_DIR above among it):
+        # the git dirs are the ones the supervisor resolved from the worktree's files.
         assert child_env["PATH"] == HOST["PATH"] and child_env["HOME"] == "/nonexistent"
         assert child_env["GIT_CONFIG_GLOBAL"] == "/dev/null"
         assert child_env["GIT_CONFIG_NOSYSTEM"] == "1"
-        assert not {"GIT_DIR", "GIT_WORK_TREE"} & set(child_env)
+        assert child_env.get("GIT_DIR") != "/nonexistent"
+        assert child_env.get("GIT_WORK_TREE") != "/"
+        assert not [key for key in child_env if key.startswith("PANEWARDEN")]
 
 
 async def test_the_status_digest_is_that_of_the_command_line(repo: Repo) -> None:
