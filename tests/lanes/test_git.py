@@ -146,7 +146,18 @@ def _plain_status(wt: Path) -> None:
     )
 
 
-def _expected_digest(wt: Path, base: str) -> str:
+def _entry(wt: Path, name: bytes) -> bytes:
+    path = wt / os.fsdecode(name)
+    if path.is_symlink():
+        kind, data = b"link", os.readlink(path).encode()
+    else:
+        kind = b"exec" if os.stat(path).st_mode & 0o111 else b"file"
+        data = path.read_bytes()
+    sha = hashlib.sha256(data).hexdigest().encode()
+    return b"%s %d %s %d %s\n" % (kind, len(name), name, len(data), sha)
+
+
+def _expected_digest(wt: Path, base: str, scopes: Sequence[str] = ()) -> str:
     """worktree_sha256 from its documented format, with the git command line."""
     diff = subprocess.run(
         ["git", "-C", str(wt), "diff", "--binary", "--full-index", "--no-color",
@@ -154,17 +165,19 @@ def _expected_digest(wt: Path, base: str) -> str:
         env=GIT_ENV, capture_output=True, timeout=30, check=True,
     ).stdout  # fmt: skip
     names = git(wt, "ls-files", "--others", "--exclude-standard", "-z").split("\0")
-    h = hashlib.sha256(b"panewarden-worktree-v1\n")
+    h = hashlib.sha256(b"panewarden-worktree-v2\n")
     h.update(b"diff %d %s\n" % (len(diff), hashlib.sha256(diff).hexdigest().encode()))
     for name in sorted(os.fsencode(n) for n in names if n):
-        path = wt / os.fsdecode(name)
-        if path.is_symlink():
-            kind, data = b"link", os.readlink(path).encode()
-        else:
-            kind = b"exec" if os.stat(path).st_mode & 0o111 else b"file"
-            data = path.read_bytes()
-        sha = hashlib.sha256(data).hexdigest().encode()
-        h.update(b"%s %d %s %d %s\n" % (kind, len(name), name, len(data), sha))
+        h.update(_entry(wt, name))
+    ignored: list[str] = []
+    if scopes:
+        listed = git(
+            wt, "ls-files", "--others", "--ignored", "--exclude-standard", "-z", "--", *scopes
+        )
+        ignored = [n for n in listed.split("\0") if n]
+    h.update(b"ignored %d\n" % len(ignored))
+    for name in sorted(os.fsencode(n) for n in ignored):
+        h.update(_entry(wt, name))
     return h.hexdigest()
 
 
@@ -191,4 +204,15 @@ async def test_the_worktree_digest_follows_its_format_and_sees_every_change(repo
     (wt / "out" / "ignored.txt").write_text("ignored by .gitignore\n")
     ignored = await digest()
     assert len({clean, committed, untracked, executable}) == 4
+    # Ignored outside the lane's owned scopes (a recipe's outputs): not in the digest.
     assert ignored == executable
+    # Ignored inside them (the lane wrote it, and made it ignored): in it.
+    (wt / "src" / "shadow").mkdir()
+    (wt / "src" / "shadow" / ".gitignore").write_text("*\n")
+    (wt / "src" / "shadow" / "__init__.py").write_text("ANSWER = 0\n")
+    scoped = await worktree_digest(gitq, str(wt), repo.base, ["src"])
+    assert scoped.sha256 == _expected_digest(wt, repo.base, ["src"])
+    assert scoped.ignored == ("src/shadow/.gitignore", "src/shadow/__init__.py")
+    assert await digest() == executable
+    (wt / "src" / "shadow" / "__init__.py").write_text("ANSWER = 1\n")
+    assert (await worktree_digest(gitq, str(wt), repo.base, ["src"])).sha256 != scoped.sha256
