@@ -119,6 +119,14 @@ def _sh(script: str, **env: str) -> dict[str, Any]:
     return {"argv": ["sh", "-c", script], "env": {**GIT_ENV, **env}}
 
 
+async def _answer(tools: Tools, tool: str, **args: Any) -> dict[str, Any]:
+    """A tool's result or its error body, whichever it is."""
+    result = await tools.client.call_tool(tool, args, read_timeout_seconds=120)
+    if result.is_error:
+        return dict(json.loads(result.content[0].text))  # type: ignore[union-attr]
+    return dict(result.structured_content or {})
+
+
 async def _probed(tools: Tools, results: Path) -> dict[str, str]:
     if not await apoll((results / "w").exists, SETTLE_S):
         shown = await tools.call("read_output", name="alpha")
@@ -160,17 +168,19 @@ async def test_a_writers_submodule_filter_never_runs_in_the_supervisors_git(
         assert seen == {"filter": "rc:0:", "attack": "rc:0:"}, seen
         # Git run by the operator's shell would run the filter (the setup is live):
         # checked at the end, once the service's calls are done.
-        snap = await tools.error("verification_snapshot", lease_id=lease["lease_id"])
+        snap = await _answer(tools, "verification_snapshot", lease_id=lease["lease_id"])
         # The probe never reports a state: its pane is neither working nor blocked.
         state = await tools.call("get_status", name="alpha")
-        verified = await tools.error(
+        verified = await _answer(
+            tools,
             "verify",
             creds=lanes.creds,
             lease_id=lease["lease_id"],
             recipe="tests",
             expected_worktree_sha256="0" * 64,
         )
-        released = await tools.error(
+        released = await _answer(
+            tools,
             "writer_release",
             creds=lanes.creds,
             lease_id=lease["lease_id"],
@@ -180,8 +190,8 @@ async def test_a_writers_submodule_filter_never_runs_in_the_supervisors_git(
             checkpoint_ref="issue 27 checkpoint",
             checkpoint_sha256=CHECKPOINT_SHA,
         )
-        ran_inside = marker.exists()
-    assert not ran_inside, marker.read_text()
+        ran = marker.exists()
+    assert not ran, f"the service ran the lane's filter; it got {marker.read_text()!r}"
     for body in (snap, verified, released):
         assert body["code"] == "git_precondition", body
         assert REFUSED[attack] in body["message"], body
@@ -205,7 +215,7 @@ set -e
 admin=$(git rev-parse --path-format=absolute --git-dir)
 git init -q --bare src/fake
 forged=$(git commit-tree -m forged 'HEAD^{tree}')
-git push -q src/fake "$forged:refs/heads/alpha/work"
+git push -q src/fake HEAD:refs/heads/main "$forged:refs/heads/alpha/work"
 echo "$forged" > src/forged.txt
 echo "$PWD/src/fake" > "$admin/commondir"
 """
@@ -217,11 +227,12 @@ echo "$PWD/src/fake" > "$admin/commondir"
         lease = await lanes.start("alpha", wt, "alpha/work", ["src"], profile="probe")
         seen = await _probed(tools, results)
         assert seen == {"forge": "rc:0:"}, seen
-        body = await tools.error("verification_snapshot", lease_id=lease["lease_id"])
+        body = await _answer(tools, "verification_snapshot", lease_id=lease["lease_id"])
     forged = (wt / "src" / "forged.txt").read_text().strip()
     # Plain Git reads through the rewritten file: the forged commit as HEAD.
     assert head(wt) == forged != repo.base
-    assert body["code"] == "git_precondition", body
+    assert body.get("head") != forged, body
+    assert body.get("code") == "git_precondition", body
     assert "is no longer the lane's worktree" in body["message"], body
     assert str(wt / "src" / "fake") in body["message"], body
 
