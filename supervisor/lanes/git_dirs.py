@@ -62,7 +62,10 @@ def resolve(directory: str) -> GitDirs:
             raise _precondition(f"{directory} is not inside a Git worktree")
         top = parent
     dotgit = os.path.join(top, DOTGIT)
-    info = os.lstat(dotgit)
+    try:
+        info = os.lstat(dotgit)
+    except OSError as exc:
+        raise _precondition(f"cannot read {dotgit}: {exc.strerror or exc}") from None
     if stat.S_ISLNK(info.st_mode):
         raise _precondition(f"{dotgit} is a symbolic link; Git dirs are never followed there")
     if stat.S_ISDIR(info.st_mode):
@@ -133,7 +136,10 @@ def nested_git_entries(dirs: GitDirs, limit: int = MAX_WALK_ENTRIES) -> None:
         if DOTGIT not in dirnames and DOTGIT not in filenames:
             continue
         path = os.path.join(dirpath, DOTGIT)
-        mode = os.lstat(path).st_mode
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError as exc:
+            raise _precondition(f"cannot read {path}: {exc.strerror or exc}") from None
         if stat.S_ISLNK(mode):
             raise _precondition(f"{path} is a symbolic link to a git dir; refused")
         if stat.S_ISDIR(mode):
