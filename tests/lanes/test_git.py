@@ -52,7 +52,13 @@ async def test_linked_worktrees_are_told_from_the_primary_checkout_and_clones(
     repo: Repo, tmp_path: Path
 ) -> None:
     runner = Recording()
-    env = {**HOST, "GIT_DIR": "/nonexistent", "GIT_WORK_TREE": "/", "GIT_CONFIG_GLOBAL": "/x"}
+    env = {
+        **HOST,
+        "GIT_DIR": "/nonexistent",
+        "GIT_WORK_TREE": "/",
+        "GIT_CONFIG_GLOBAL": "/x",
+        "PANEWARDEN_TOKEN_FILE": "/secret/token",
+    }
     gitq = Git(runner, env)
     wt = repo.worktree("wt-a", "lane-a")
     clone = tmp_path / "clone"
@@ -79,6 +85,7 @@ async def test_linked_worktrees_are_told_from_the_primary_checkout_and_clones(
         assert child_env.get("GIT_DIR") != "/nonexistent"
         assert child_env.get("GIT_WORK_TREE") != "/"
         assert not [key for key in child_env if key.startswith("PANEWARDEN")]
+        assert "/secret/token" not in child_env.values()
 
 
 async def test_the_status_digest_is_that_of_the_command_line(repo: Repo) -> None:
