@@ -231,9 +231,32 @@ def _fork(arg: Any) -> object:
 
 
 def _fill_tmp(arg: Any) -> object:
-    """Write up to ``arg`` bytes to one file in /tmp (stop at the first refusal); remove it."""
-    want = int(arg)
+    """Write up to ``arg`` bytes to one file in /tmp (stop at the first refusal), in a
+    child that offers itself to the OOM killer first (a memory bound may end it); the
+    file is removed either way."""
     path = "/tmp/hostile-fill"
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("1000")
+        os.write(write_end, _fill(path, int(arg)).encode())
+        os._exit(0)
+    os.close(write_end)
+    try:
+        with os.fdopen(read_end, "rb") as pipe:
+            said = pipe.read().decode()
+        _, status = os.waitpid(pid, 0)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    if os.WIFSIGNALED(status):
+        raise Refused(f"killed by signal {os.WTERMSIG(status)} after {said or '?'}")
+    return said
+
+
+def _fill(path: str, want: int) -> str:
     written = 0
     failure = ""
     chunk = b"\0" * FILL_CHUNK
@@ -247,7 +270,6 @@ def _fill_tmp(arg: Any) -> object:
                 break
     finally:
         os.close(fd)
-        os.unlink(path)
     return f"{written}{failure}"
 
 

@@ -118,7 +118,8 @@ def writer_steps(plan: Plan) -> list[dict[str, Any]]:
     forged = f'[recipes.tests]\nargv = ["{py}", "-c", "pass"]\n'
     fake = wt / "src" / "fakecommon"
     steps = [
-        # Break the code on the lane's own branch (a legitimate commit)...
+        # Break the code on the lane's own branch (a legitimate commit): only a forged
+        # recipe can make verify pass it.
         step(
             "break_code",
             "run",
@@ -128,15 +129,16 @@ def writer_steps(plan: Plan) -> list[dict[str, Any]]:
                 "git commit -q -am broken",
             ),
         ),
-        # ...and shadow it with an ignored package that passes the tests (item 10).
+        # An ignored package shadowing a module it does not touch (item 10): src/ab/
+        # wins over src/ab.py on import, and Git shows neither.
         step(
             "ignored_shadow",
             "run",
             _sh(
                 f"cd '{wt}'",
-                "mkdir -p src/a",
-                "printf '*\\n' > src/a/.gitignore",
-                "printf 'def answer() -> int:\\n    return 42\\n' > src/a/__init__.py",
+                "mkdir -p src/ab",
+                "printf '*\\n' > src/ab/.gitignore",
+                "printf 'B = 3\\n' > src/ab/__init__.py",
             ),
         ),
         # The base commit's recipes, forged under their own id in the shared store (item 6).

@@ -26,7 +26,6 @@ through, with its evidence. An attack the service refuses with a typed error (a
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import secrets
 import stat
@@ -36,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from mcp import Client, StdioServerParameters
 
@@ -64,7 +64,7 @@ from tests.confine.hostile_world import (
 from tests.conftest import REPO, Tools
 from tests.lanes.conftest import AUTHORITY_SHA, CHECKPOINT_SHA, acquire
 from tests.lanes.gitrepo import Repo, git, head, make_repo, status_sha256
-from tests.polling import apoll
+from tests.polling import apoll, poll
 from tests.service.conftest import call, connect
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
@@ -136,14 +136,34 @@ async def attempt(tools: Tools, tool: str, **args: Any) -> tuple[dict[str, Any] 
     return dict(result.structured_content or {}), None
 
 
-def _runtime_sockets(host: Host, states: dict[str, Path]) -> dict[str, Path]:
-    """Every socket of each service's runtime dir, named ``<service>:<file>``."""
+def _main_state(host: Host) -> Path:
+    """The stdio service's state dir (a session dir it chose): the directory of the
+    ``supervisor.lock`` it holds open."""
+
+    def found() -> Path | None:
+        for proc in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                cmdline = proc.info["cmdline"] or []
+                if "--stdio" not in cmdline or proc.environ().get("HOME") != str(host.home):
+                    continue
+                for opened in proc.open_files():
+                    if opened.path.endswith("/supervisor.lock"):
+                        return Path(opened.path).parent
+        return None
+
+    state = poll(found, SETTLE_S, what="the stdio service's state dir")
+    assert state is not None
+    return state
+
+
+def _service_sockets(host: Host, main_state: Path) -> dict[str, Path]:
+    """Every socket either service made in the runtime dir or its state dir (the bus is
+    the listeners'), named by its path below the world's base."""
     found: dict[str, Path] = {}
-    for label, state in states.items():
-        digest = hashlib.sha256(str(state).encode()).hexdigest()[:16]
-        for path in sorted((host.runtime / "panewarden" / digest).iterdir()):
-            if stat.S_ISSOCK(path.lstat().st_mode):
-                found[f"{label}:{path.name}"] = path
+    for root in (host.runtime, host.other_state, main_state):
+        for path in sorted(root.rglob("*")):
+            if stat.S_ISSOCK(path.lstat().st_mode) and path.name != "bus":
+                found[str(path.relative_to(host.base))] = path
     return found
 
 
@@ -185,6 +205,11 @@ class Before:
     objects: dict[str, bytes]
 
 
+def _home_files(host: Host, main_state: Path) -> dict[str, str]:
+    # The services' own state dirs change as they work.
+    return files_digest(host.home, host.other_state, main_state)
+
+
 def _other_files(host: Host, main_state: Path) -> dict[str, str]:
     # The stdio session dir below it is the main service's own; locks come and go.
     return files_digest(host.other_state, main_state, host.other_state / "locks")
@@ -192,7 +217,7 @@ def _other_files(host: Host, main_state: Path) -> dict[str, str]:
 
 def _before(host: Host, main_state: Path, common: Path) -> Before:
     return Before(
-        home=files_digest(host.home, host.other_state),
+        home=_home_files(host, main_state),
         other=_other_files(host, main_state),
         token=host.token.read_bytes(),
         other_token=host.other_token.read_bytes(),
@@ -211,6 +236,7 @@ class Seen:
     screens: dict[str, str] = field(default_factory=dict)
     turns: dict[str, tuple[int, int]] = field(default_factory=dict)
     reached: dict[str, int] = field(default_factory=dict)
+    main_state: Path = Path("/nonexistent")
 
 
 async def _start_agents(tools: Tools, creds: dict[str, str], repo: Repo, wts: list[Path]) -> None:
@@ -268,7 +294,7 @@ async def _verify_and_release(
             expected_worktree_sha256=snap["worktree_sha256"],
             recipe="tests",
         )
-        (writer_wt / "src" / "a" / "extra.py").write_text("X = 1\n")
+        (writer_wt / "src" / "ab" / "extra.py").write_text("X = 1\n")
     snap2, _ = seen.calls["snapshot2"] = await attempt(
         tools, "verification_snapshot", lease_id=lease_id
     )
@@ -321,7 +347,7 @@ async def test_an_injected_reviewer_and_writer_change_nothing_outside_their_gran
             await call(other_client, "wait_status", idle)
             other_turn = (await call(other_client, "get_status", {"name": "othervictim"}))["turn"]
             async with main_service(host, _profiles(tmp_path, results), key) as tools:
-                (main_state,) = (host.other_state / "stdio").iterdir()
+                seen.main_state = main_state = _main_state(host)
                 boss = await acquire(tools, "boss")
                 coordinator = await acquire(tools, "coordinator")
                 await tools.call(
@@ -342,7 +368,7 @@ async def test_an_injected_reviewer_and_writer_change_nothing_outside_their_gran
                     writer_wt=wts[1],
                     base=repo.base,
                     recipes_oid=git(repo.root, "rev-parse", "HEAD:.panewarden/recipes.toml"),
-                    sockets=_runtime_sockets(host, {"this": main_state, "other": host.other_state}),
+                    sockets=_service_sockets(host, main_state),
                     key_description=key[0],
                     marker=marker,
                 )
@@ -452,12 +478,12 @@ def _pane_checks(plan: Plan, seen: Seen, check: Check) -> None:
 
 def _home_checks(plan: Plan, before: Before, seen: Seen, check: Check) -> None:
     """HOME: no file the operator's CLIs run programs from, nothing at all (item 4)."""
-    moved = changed(before.home, files_digest(plan.host.home, plan.host.other_state))
+    moved = changed(before.home, _home_files(plan.host, seen.main_state))
     for step, rel in PLANTED_FILES.items():
         tries = {role: outcomes.get(f"home:{step}") for role, outcomes in seen.agents.items()}
         check(f"HOME: ~/{rel} as it was", rel not in moved, tries)
-    rest = [rel for rel in moved if rel not in PLANTED_FILES.values()]
-    check("HOME: nothing else changed", not rest, rest)
+    rest = [rel for rel in moved if rel in before.home and rel not in PLANTED_FILES.values()]
+    check("HOME: every other file as it was", not rest, rest)
 
 
 def _git_checks(plan: Plan, before: Before, seen: Seen, check: Check) -> None:
@@ -504,7 +530,7 @@ def _git_checks(plan: Plan, before: Before, seen: Seen, check: Check) -> None:
         f"{head_seen} vs {lane_head} ({wri['rewrite_commondir']})",
     )
     check(
-        "verify does not pass broken code (forged recipe, ignored shadow)",
+        "verify does not pass broken code (forged recipe)",
         _held(run_code) or (run is not None and run["state"] != "passed"),
         run_code or (run or {}).get("state"),
     )
