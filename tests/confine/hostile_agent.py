@@ -6,7 +6,7 @@ library only: it runs inside the sandbox.
 ``hostile_agent.py ROLE RESULTS_DIR``. Every line ``AGENT: {json}`` of ``AGENTS.md`` is one
 step ``{"name", "kind", "arg", "who"?: [roles], "phase"?: N}``; the agent runs the steps of
 its ``ROLE`` (all roles when ``who`` is absent), phase by phase. Before phase N > 1 it waits
-for the file ``RESULTS_DIR/go<N>`` (the test's signal), and after each phase it writes
+for the file ``RESULTS_DIR/<ROLE>.go<N>`` (the test's signal), and after each phase it writes
 every outcome so far, with ``"_phase": N``, to ``RESULTS_DIR/<ROLE>.json`` (atomically).
 Then it waits for input, so the pane stays up. An outcome is ``ok:<evidence>`` when the
 step did what it tried, ``rc:<status>:<stderr>`` for a program it ran, and the error
@@ -411,8 +411,9 @@ def main() -> None:
     results_path = os.path.join(results_dir, f"{role}.json")
     results: dict[str, object] = {}
     for phase in sorted({int(step.get("phase", 1)) for step in todo}):
-        if phase > 1 and not _wait_for(os.path.join(results_dir, f"go{phase}")):
-            results["_error"] = f"no go{phase}"
+        go = os.path.join(results_dir, f"{role}.go{phase}")
+        if phase > 1 and not _wait_for(go):
+            results["_error"] = f"no {go}"
             break
         for step in todo:
             if int(step.get("phase", 1)) == phase:

@@ -19,7 +19,7 @@ from typing import Any
 from tests.confine.hostile_world import Host, Listeners
 from tests.lanes.conftest import AUTHORITY_SHA
 
-FORKS = 1000
+FORKS = 2000
 FILL_BYTES = 2 << 30
 CTL_CONNECTIONS = 1100
 LANE_BRANCH = "lane/work"
@@ -62,6 +62,7 @@ class Plan:
     sockets: dict[str, Path]
     key_description: str
     marker: str
+    commondir: str
 
     @property
     def admin(self) -> Path:
@@ -112,7 +113,10 @@ def filter_script(label: str, markers: Path) -> str:
 
 
 def writer_steps(plan: Plan) -> list[dict[str, Any]]:
-    """Items 1, 6, 10, 18, in an order where each leaves the next one working."""
+    """Phase 1: items 6 and 10 (the client then snapshots and verifies); phase 2: item 18
+    (the client snapshots); phase 3: the commondir put back, then item 1 (the client
+    snapshots, verifies and releases). Each attack meets the service's Git alone, so a
+    refusal of one (a nested .git, say) hides no other."""
     wt, admin, common, markers = plan.writer_wt, plan.admin, plan.common, plan.host.markers
     py = os.path.realpath(sys.executable)
     forged = f'[recipes.tests]\nargv = ["{py}", "-c", "pass"]\n'
@@ -155,6 +159,26 @@ def writer_steps(plan: Plan) -> list[dict[str, Any]]:
             "write",
             {"path": str(common / "refs" / "heads" / "main"), "text": plan.base + "\n"},
         ),
+        # The worktree's commondir names a forged common dir (item 18).
+        step(
+            "rewrite_commondir",
+            "run",
+            _sh(
+                f"mkdir -p '{fake}/objects/info' '{fake}/refs/heads/lane' '{fake}/refs/tags'",
+                f"echo '{common}/objects' > '{fake}/objects/info/alternates'",
+                f"echo 'ref: refs/heads/main' > '{fake}/HEAD'",
+                f"printf '[core]\\n\\trepositoryformatversion = 0\\n' > '{fake}/config'",
+                f"echo {plan.base} > '{fake}/refs/heads/{LANE_BRANCH}'",
+                f"echo '{fake}' > '{admin}/commondir'",
+            ),
+            phase=2,
+        ),
+        step(
+            "restore_commondir",
+            "write",
+            {"path": str(admin / "commondir"), "text": plan.commondir},
+            phase=3,
+        ),
         # A submodule whose .git links into the lane's admin dir, with a filter (item 1).
         step(
             "symlinked_submodule",
@@ -177,6 +201,7 @@ def writer_steps(plan: Plan) -> list[dict[str, Any]]:
                 "git add src/sub",
                 "touch -m -d @1000000000 src/sub/f.txt",
             ),
+            phase=3,
         ),
         # An embedded repository inside an embedded one, no link at all (item 1).
         step(
@@ -203,19 +228,7 @@ def writer_steps(plan: Plan) -> list[dict[str, Any]]:
                 "git add src/nest",
                 "touch -m -d @1000000000 src/nest/inner/g.txt",
             ),
-        ),
-        # Last: the worktree's commondir names a forged common dir (item 18).
-        step(
-            "rewrite_commondir",
-            "run",
-            _sh(
-                f"mkdir -p '{fake}/objects/info' '{fake}/refs/heads/lane' '{fake}/refs/tags'",
-                f"echo '{common}/objects' > '{fake}/objects/info/alternates'",
-                f"echo 'ref: refs/heads/main' > '{fake}/HEAD'",
-                f"printf '[core]\\n\\trepositoryformatversion = 0\\n' > '{fake}/config'",
-                f"echo {plan.base} > '{fake}/refs/heads/{LANE_BRANCH}'",
-                f"echo '{fake}' > '{admin}/commondir'",
-            ),
+            phase=3,
         ),
     ]
     return [{**found, "who": ["writer"]} for found in steps]

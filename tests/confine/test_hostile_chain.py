@@ -275,30 +275,36 @@ async def _start_agents(tools: Tools, creds: dict[str, str], repo: Repo, wts: li
     assert [lease["confined"] for lease in leases] == [True, True, True], leases
 
 
-async def _verify_and_release(
-    tools: Tools, creds: dict[str, str], writer_wt: Path, seen: Seen
+async def _writer_stages(
+    tools: Tools, creds: dict[str, str], writer_wt: Path, results: Path, seen: Seen
 ) -> None:
-    """The client's Git on what the writer left: snapshot, verify, an ignored file added
-    (is it in the digest?), snapshot again, release."""
+    """The client's Git on what the writer left, after each of its phases: (1) snapshot,
+    verify, an ignored file added (is it in the digest?), snapshot again; (2) snapshot
+    (the rewritten commondir); (3) snapshot, verify, release (the planted filters)."""
     lease_id = (await tools.call("writer_list"))["leases"][0]["lease_id"]
-    snap, code = seen.calls["snapshot"] = await attempt(
-        tools, "verification_snapshot", lease_id=lease_id
-    )
-    seen.calls["verify"] = (None, code)
-    if snap is not None:
-        seen.calls["verify"] = await attempt(
-            tools,
-            "verify",
-            creds=creds,
-            lease_id=lease_id,
-            expected_worktree_sha256=snap["worktree_sha256"],
-            recipe="tests",
-        )
-        (writer_wt / "src" / "ab" / "extra.py").write_text("X = 1\n")
-    snap2, _ = seen.calls["snapshot2"] = await attempt(
-        tools, "verification_snapshot", lease_id=lease_id
-    )
-    evidence = snap2 or snap or {}
+
+    async def snapshot(name: str) -> dict[str, Any]:
+        seen.calls[name] = await attempt(tools, "verification_snapshot", lease_id=lease_id)
+        return seen.calls[name][0] or {}
+
+    async def verify(name: str, digest: str | None) -> None:
+        args = {"creds": creds, "lease_id": lease_id, "recipe": "tests"}
+        digest = digest or "0" * 64
+        seen.calls[name] = await attempt(tools, "verify", expected_worktree_sha256=digest, **args)
+
+    async def next_phase(phase: int) -> None:
+        (results / f"writer.go{phase}").write_text("")
+        seen.agents["writer"] = await _results(results / "writer.json", phase, tools, "writer")
+
+    first = await snapshot("snapshot")
+    await verify("verify", first.get("worktree_sha256"))
+    (writer_wt / "src" / "ab" / "extra.py").write_text("X = 1\n")
+    await snapshot("snapshot2")
+    await next_phase(2)
+    await snapshot("snapshot_commondir")
+    await next_phase(3)
+    last = await snapshot("snapshot_filters")
+    await verify("verify_filters", last.get("worktree_sha256"))
     seq = (await tools.call("get_status", name="writer"))["seq"]
     seen.calls["release"] = await attempt(
         tools,
@@ -306,8 +312,8 @@ async def _verify_and_release(
         creds=creds,
         lease_id=lease_id,
         expected_seq=seq,
-        expected_head=evidence.get("head", "0" * 40),
-        expected_status_sha256=evidence.get("status_sha256", "0" * 64),
+        expected_head=last.get("head", "0" * 40),
+        expected_status_sha256=last.get("status_sha256", "0" * 64),
         checkpoint_ref="issue 27 checkpoint",
         checkpoint_sha256=CHECKPOINT_SHA,
     )
@@ -319,12 +325,12 @@ async def _later_phases(tools: Tools, boss: dict[str, str], results: Path, seen:
     await tools.call(
         "controller_release", creds=boss, checkpoint_ref="done", checkpoint_sha256=CHECKPOINT_SHA
     )
-    (results / "go2").write_text("")
+    (results / "reviewer.go2").write_text("")
     seen.phase2 = await _results(results / "reviewer.json", 2, tools, "reviewer")
     seen.calls["flood_start"] = await attempt(
         tools, "start_pane", name="during-flood", profile="demo", cwd="/"
     )
-    (results / "go3").write_text("")
+    (results / "reviewer.go3").write_text("")
     seen.agents["reviewer"] = await _results(results / "reviewer.json", 3, tools, "reviewer")
 
 
@@ -371,6 +377,9 @@ async def test_an_injected_reviewer_and_writer_change_nothing_outside_their_gran
                     sockets=_service_sockets(host, main_state),
                     key_description=key[0],
                     marker=marker,
+                    commondir=(
+                        repo.common_dir / "worktrees" / wts[1].name / "commondir"
+                    ).read_text(),
                 )
                 _plant(repo, [repo.root, *wts], agents_md(plan))
                 before = _before(host, main_state, repo.common_dir)
@@ -378,7 +387,7 @@ async def test_an_injected_reviewer_and_writer_change_nothing_outside_their_gran
                 await _start_agents(tools, coordinator, repo, wts)
                 for role in ROLES:
                     seen.agents[role] = await _results(results / f"{role}.json", 1, tools, role)
-                await _verify_and_release(tools, coordinator, wts[1], seen)
+                await _writer_stages(tools, coordinator, wts[1], results, seen)
                 await _later_phases(tools, boss, results, seen)
 
                 for name in ("victim", "bystander"):
@@ -522,13 +531,6 @@ def _git_checks(plan: Plan, before: Before, seen: Seen, check: Check) -> None:
     snap, snap_code = seen.calls["snapshot"]
     snap2, snap2_code = seen.calls["snapshot2"]
     run, run_code = seen.calls["verify"]
-    lane_head = refs_after.get(lane)
-    head_seen = snap_code or (snap or {}).get("head")
-    check(
-        "verification_snapshot reports the branch's own HEAD (rewritten commondir)",
-        _held(snap_code) or head_seen == lane_head,
-        f"{head_seen} vs {lane_head} ({wri['rewrite_commondir']})",
-    )
     check(
         "verify does not pass broken code (forged recipe)",
         _held(run_code) or (run is not None and run["state"] != "passed"),
@@ -539,6 +541,14 @@ def _git_checks(plan: Plan, before: Before, seen: Seen, check: Check) -> None:
         "an ignored file is part of the worktree digest",
         _held(snap_code) or _held(snap2_code) or digests[0] != digests[1],
         f"{snap_code or snap2_code or digests} ({wri['ignored_shadow']})",
+    )
+    moved_dir, moved_code = seen.calls["snapshot_commondir"]
+    lane_head = refs_after.get(lane)
+    head_seen = moved_code or (moved_dir or {}).get("head")
+    check(
+        "verification_snapshot reports the branch's own HEAD (rewritten commondir)",
+        _held(moved_code) or head_seen == lane_head,
+        f"{head_seen} vs {lane_head} ({wri['rewrite_commondir']})",
     )
     released, code = seen.calls["release"]
     check(
