@@ -209,6 +209,25 @@ def git_dir(common: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
     )
 
 
+def fsck_store(common: Path, skip_ref: str, scratch: Path) -> subprocess.CompletedProcess[bytes]:
+    """``git fsck --full`` of the shared object store, reached from every ref but
+    ``skip_ref``: a bare repository at ``scratch`` borrows the store as its alternate
+    (``--full`` checks an alternate's objects too) and holds those refs. A lane's own
+    commits may live elsewhere until its release; nothing else may be missing."""
+    scratch.mkdir()
+    subprocess.run(
+        ["git", "init", "-q", "--bare", str(scratch)],
+        env=GIT_ENV,
+        check=True,
+        timeout=GIT_TIMEOUT_S,
+    )
+    (scratch / "objects" / "info" / "alternates").write_text(f"{common / 'objects'}\n")
+    for ref, oid in refs(common).items():
+        if ref != skip_ref:
+            git_dir(scratch, "update-ref", "--no-deref", ref, oid)
+    return git_dir(scratch, "fsck", "--full", "--no-dangling")
+
+
 def refs(common: Path) -> dict[str, str]:
     """Every ref and the object it names, as Git resolves it (loose over packed)."""
     out = git_dir(common, "for-each-ref", "--format=%(refname) %(objectname)").stdout
