@@ -297,7 +297,7 @@ def reviewer_steps(plan: Plan) -> list[dict[str, Any]]:
         step("session_bus", "connect_unix", plan.listeners.bus_path),
         step("session_keyring", "keyring", plan.key_description),
         step("user_namespace", "run", ["unshare", "-U", "true"]),
-        step("processes", "fork", FORKS),
+        step("processes", "processes", FORKS),
         step("tmp_size", "fill_tmp", FILL_BYTES),
         # After the client released "boss": its id, named in a README, is enough (item 5).
         step(
