@@ -6,6 +6,7 @@ from supervisor.control.service import ControlService
 from supervisor.lanes.adopted import AdoptedPanes
 from supervisor.lanes.git import Git
 from supervisor.lanes.reviewer import ReviewerLanes
+from supervisor.lanes.starters import StarterBound
 from supervisor.lanes.verification import Verifications
 from supervisor.lanes.writer import WriterLanes
 
@@ -19,7 +20,9 @@ class LaneService:
         # Git and Bubblewrap run as the pane core's managed helpers (safe from its sweep).
         self.git = Git(panes.children.run, environ)
         ctx = control.context
-        self.reviewers = ReviewerLanes(ctx)
+        self.starters = StarterBound(ctx)
+        self.starters.watch()
+        self.reviewers = ReviewerLanes(ctx, self.starters.end_if_gone)
         self.adopted = AdoptedPanes(ctx)
         self.writers = WriterLanes(ctx, self.git, lambda: panes.profiles)
         self.verifications = Verifications(
