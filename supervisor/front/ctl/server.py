@@ -196,6 +196,10 @@ class CtlServer:
                 await _discard_rest_of_line(reader)
         except (ConnectionError, TimeoutError):
             pass  # the client went away or stopped reading: nothing to tell it
+        except asyncio.CancelledError:
+            # The service stops. Nothing awaits this task but the stop, and asyncio's
+            # stream callback would log a cancelled connection task as an error.
+            pass
         finally:
             if admitted:
                 left = self._per_caller[caller] - 1
