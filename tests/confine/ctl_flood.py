@@ -65,15 +65,15 @@ def main() -> None:
         if sum(answers.values()) >= len(sockets) - silent:
             break
         for key, _ in selector.select(timeout=0.5):
-            sock, buffered = key.fileobj, key.data
-            assert isinstance(sock, socket.socket)
+            peer, buffered = key.fileobj, key.data
+            assert isinstance(peer, socket.socket)
             try:
-                chunk = sock.recv(4096)
+                chunk = peer.recv(4096)
             except OSError:
                 chunk = b""
             buffered.extend(chunk)
             if not chunk or b"\n" in buffered:
-                selector.unregister(sock)
+                selector.unregister(peer)
                 line = bytes(buffered).split(b"\n", 1)[0]
                 try:
                     code = str(json.loads(line)["error"]["code"])
