@@ -4,7 +4,8 @@
 (raising its own descriptor limit first), sends nothing, and collects what the service
 says on each within a deadline (until all but SILENT are answered): refused ones are
 answered at once. Writes
-``{"connected", "connect_errors", "answers": {code: n}}`` to RESULTS (atomically), keeps
+``RESULTS.connected`` once every connection is made, then ``{"connected",
+"connect_errors", "answers": {code: n}}`` to RESULTS (atomically), keeps
 every connection open, and waits for input. Standard library only.
 """
 
@@ -53,6 +54,9 @@ def main() -> None:
             sock.close()
             continue
         sockets.append(sock)
+    # Connected (and held): the test may now check the service still serves its client.
+    with open(results_path + ".connected", "w") as handle:
+        handle.write(str(len(sockets)))
     answers: dict[str, int] = {}
     selector = selectors.DefaultSelector()
     for sock in sockets:

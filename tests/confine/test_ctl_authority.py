@@ -144,11 +144,14 @@ async def test_idle_connections_from_a_pane_are_refused_beyond_its_cap(
         ]
         pane = await tools.call("start_pane", name="flood", profile="cshell", argv=argv)
         assert pane["pane"]["confined"] is True
-        assert await apoll(results.exists, SETTLE_S), "the flood wrote no results"
-        seen = json.loads(results.read_text())
+        held = results.with_name(results.name + ".connected")
+        assert await apoll(held.exists, SETTLE_S), "the flood made no connections"
+        # While the pane holds every connection it could make, the client starts panes.
         started = await tools.call("start_pane", name="after", profile="demo")
         assert started["pane"]["name"] == "after"
         await tools.wait("after", until=["idle"])
+        assert await apoll(results.exists, SETTLE_S), "the flood wrote no results"
+        seen = json.loads(results.read_text())
     assert seen["connected"] == FLOOD_CONNECTIONS, seen
     refused = FLOOD_CONNECTIONS - MAX_CONNECTIONS_PER_PANE
     assert seen["answers"] == {"ctl_busy": refused}, seen
@@ -175,52 +178,64 @@ async def test_a_pane_without_network_cannot_start_a_reviewer_with_network(
         assert narrow.rc == 0 and narrow.json()["confined"] is True, narrow
 
 
-async def test_a_panes_reviewers_are_capped_removable_and_end_with_it(
+async def _coordinator(tools: Tools, tmp: Path) -> Shell:
+    coord = await Shell(tools, "coord", tmp).start()
+    acquired = await coord.ctl("--json", "acquire", "--controller-id", "c", *AUTHORITY)
+    assert acquired.rc == 0, acquired
+    return coord
+
+
+REVIEWER = ["--profile", "none", "--cwd", "/", "--purpose", "x"]
+
+
+async def test_a_pane_starts_at_most_its_cap_of_reviewers(tmp_path: Path, state_dir: Path) -> None:
+    params = stdio_params(state_dir, PANEWARDEN_PROFILES=str(_profiles(tmp_path)))
+    async with Client(params) as client:
+        tools = Tools(client)
+        coord = await _coordinator(tools, tmp_path)
+        for n in range(MAX_REVIEWERS_PER_PANE):
+            ran = await coord.ctl("--json", "reviewer-start", f"rev{n}", *REVIEWER)
+            assert ran.rc == 0, ran
+        beyond = await coord.ctl("--json", "reviewer-start", "one-more", *REVIEWER)
+        assert _code(beyond) == (1, "pane_limit"), beyond
+        assert "one-more" not in await _pane_names(tools)
+        assert len((await tools.call("reviewer_list"))["leases"]) == MAX_REVIEWERS_PER_PANE
+
+
+async def test_a_panes_reviewers_are_removable_by_the_client_and_end_with_it(
     tmp_path: Path, state_dir: Path
 ) -> None:
     params = stdio_params(state_dir, PANEWARDEN_PROFILES=str(_profiles(tmp_path)))
     async with Client(params) as client:
         tools = Tools(client)
-        coord = await Shell(tools, "coord", tmp_path).start()
-        acquired = await coord.ctl("--json", "acquire", "--controller-id", "c", *AUTHORITY)
-        assert acquired.rc == 0, acquired
-        start = ["--profile", "none", "--cwd", "/", "--purpose", "x"]
-        names = [f"rev{n}" for n in range(MAX_REVIEWERS_PER_PANE)]
-        for name in names:
-            ran = await coord.ctl("--json", "reviewer-start", name, *start)
+        coord = await _coordinator(tools, tmp_path)
+        for name in ("rev0", "rev1"):
+            ran = await coord.ctl("--json", "reviewer-start", name, *REVIEWER)
             assert ran.rc == 0, ran
-        beyond = await coord.ctl("--json", "reviewer-start", "one-more", *start)
-        assert _code(beyond) == (1, "pane_limit"), beyond
-        assert "one-more" not in await _pane_names(tools)
+
+        async def failures() -> dict[str, tuple[str, str | None]]:
+            leases = (await tools.call("reviewer_list"))["leases"]
+            return {x["name"]: (x["state"], x["failure"]) for x in leases}
 
         # The client removes one before anything else would end it.
-        await tools.call("remove_pane", name=names[0])
+        await tools.call("remove_pane", name="rev0")
 
         async def first_ended() -> bool:
-            leases = {x["name"]: x for x in (await tools.call("reviewer_list"))["leases"]}
-            return (leases[names[0]]["state"], leases[names[0]]["failure"]) == (
-                "failed_closed",
-                "removed",
-            )
+            return (await failures())["rev0"] == ("failed_closed", "removed")
 
-        assert await apoll(first_ended, SETTLE_S), await tools.call("reviewer_list")
-        # That frees a place under the cap.
-        again = await coord.ctl("--json", "reviewer-start", "again", *start)
-        assert again.rc == 0, again
+        assert await apoll(first_ended, SETTLE_S), await failures()
 
         # The starter goes: so do its reviewers and its controller lease.
         await tools.call("remove_pane", name="coord")
-        left = {names[0], "coord"}
-        gone = left | set(names) | {"again"}
 
         async def all_gone() -> bool:
-            return not (await _pane_names(tools)) & gone
+            return not (await _pane_names(tools)) & {"coord", "rev0", "rev1"}
 
         assert await apoll(all_gone, SETTLE_S), await _pane_names(tools)
-        ended = (await tools.call("reviewer_list"))["leases"]
-        by_starter = [x for x in ended if x["name"] != names[0] and x["name"] != "one-more"]
-        assert {(x["state"], x["failure"]) for x in by_starter} == {
-            ("failed_closed", "starter_ended")
-        }, ended
+
+        async def second_ended() -> bool:
+            return (await failures())["rev1"] == ("failed_closed", "starter_ended")
+
+        assert await apoll(second_ended, SETTLE_S), await failures()
         (controller,) = (await tools.call("controller_list"))["leases"]
         assert controller["state"] == "released", controller
