@@ -25,7 +25,7 @@ from typing import Any
 from protocol.agents.table import SPECS, spec_for
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.control.context import ControlContext
-from supervisor.control.controllers import Credentials, pane_of_identity
+from supervisor.control.controllers import Credentials, pane_identity, pane_of_identity
 from supervisor.control.fences import new_id
 from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease
 from supervisor.lanes.closing import BUSY_STATES, CloseJob, begin_close, finish_close
@@ -135,16 +135,33 @@ class ReviewerLanes:
         return started
 
     def _below_cap(self, started_by: str) -> None:
-        held = [
+        """Refuse a start beyond the cap of ``started_by``'s tree: a pane's reviewers
+        may start reviewers too, and all of them count against the pane that began it."""
+        retained = [
             lease
             for lease in self.leases()
-            if lease.started_by == started_by and lease.state in RETAINED_STATES
+            if lease.started_by is not None and lease.state in RETAINED_STATES
         ]
+        parent = {
+            pane_identity(lease.name, lease.instance): lease.started_by
+            for lease in retained
+            if lease.instance is not None and lease.started_by is not None
+        }
+
+        def root(identity: str) -> str:
+            seen = {identity}
+            while identity in parent and parent[identity] not in seen:
+                identity = parent[identity]
+                seen.add(identity)
+            return identity
+
+        top = root(started_by)
+        held = [lease for lease in retained if root(lease.started_by or "") == top]
         if len(held) >= MAX_REVIEWERS_PER_PANE:
             raise PanewardenError(
                 ErrorCode.PANE_LIMIT,
-                f"a pane holds at most {MAX_REVIEWERS_PER_PANE} reviewer leases at once; "
-                "close one first",
+                f"a pane and the reviewers it started hold at most {MAX_REVIEWERS_PER_PANE} "
+                "reviewer leases at once; close one first",
             )
 
     def _within(self, starter: Pane) -> Callable[[ConfineSettings], None]:

@@ -29,10 +29,11 @@ SETTLE_S = 60
 AUTHORITY = ["--authority-ref", "r", "--authority-sha256", SHA]
 
 
-def _profiles(tmp: Path) -> Path:
+def _profiles(tmp: Path, runner: Path | None = None) -> Path:
     """``cshell``: a confined shell with no network whose panes run a caller argv;
     ``hostnet``: the demo agent, confined, on the host's network; ``none``: the demo
-    agent, confined, no network; ``demo``: the demo agent, unconfined."""
+    agent, confined, no network; ``demo``: the demo agent, unconfined; with ``runner``
+    (a ``PaneShell``'s directory), ``crunner``: its ctl runner (confined as ``cshell``)."""
     demo = [sys.executable, "-m", "supervisor.demo.agent"]
     confined = {"confine": True, "cwds": ["/"]}
     profiles: list[dict[str, Any]] = [
@@ -48,6 +49,9 @@ def _profiles(tmp: Path) -> Path:
         {"name": "none", "agent": "demo", "argv": demo, "network": "none", **confined},
         {"name": "demo", "agent": "demo", "argv": demo, "cwds": ["/"]},
     ]
+    if runner is not None:
+        argv = [sys.executable, str(RUNNER), str(runner / "requests"), str(runner)]
+        profiles.append({**profiles[0], "name": "crunner", "argv": argv})
     path = tmp / "profiles.json"
     path.write_text(json.dumps({"allow_arbitrary_command": True, "profiles": profiles}))
     return path
@@ -200,6 +204,40 @@ async def test_a_pane_starts_at_most_its_cap_of_reviewers(tmp_path: Path, state_
         assert _code(beyond) == (1, "pane_limit"), beyond
         assert "one-more" not in await _pane_names(tools)
         assert len((await tools.call("reviewer_list"))["leases"]) == MAX_REVIEWERS_PER_PANE
+
+
+async def test_reviewers_of_a_panes_reviewers_count_against_its_cap(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    profiles = _profiles(tmp_path, tmp_path / "shell-sub")
+    async with Client(stdio_params(state_dir, PANEWARDEN_PROFILES=str(profiles))) as client:
+        tools = Tools(client)
+        # Makes the directory and FIFO the profile names (before its pane starts).
+        nested = PaneShell(tools, "sub", tmp_path)
+        assert nested.fifo == tmp_path / "shell-sub" / "requests"
+        coord = await _coordinator(tools, tmp_path)
+        ran = await coord.ctl(
+            "--json", "reviewer-start", "sub", "--profile", "crunner", "--cwd", str(REPO),
+            "--purpose", "x",
+        )  # fmt: skip
+        assert ran.rc == 0, ran
+        found = await tools.call("wait_output", name="sub", pattern="runner ready", timeout_s=60)
+        assert found["matched"], await tools.call("read_output", name="sub")
+        acquired = await nested.ctl("--json", "acquire", "--controller-id", "c", *AUTHORITY)
+        assert acquired.rc == 0 and acquired.json()["controller_id"] == "pane:sub/c", acquired
+        for n in range(MAX_REVIEWERS_PER_PANE - 1):
+            ran = await nested.ctl("--json", "reviewer-start", f"nested{n}", *REVIEWER)
+            assert ran.rc == 0, ran
+        for shell in (nested, coord):
+            beyond = await shell.ctl("--json", "reviewer-start", "one-more", *REVIEWER)
+            assert _code(beyond) == (1, "pane_limit"), beyond
+        # The tree goes with its root.
+        await tools.call("remove_pane", name="coord")
+
+        async def all_gone() -> bool:
+            return not await _pane_names(tools)
+
+        assert await apoll(all_gone, SETTLE_S), await _pane_names(tools)
 
 
 async def test_a_panes_reviewers_are_removable_by_the_client_and_end_with_it(
