@@ -138,6 +138,9 @@ class CtlServer:
         self._connections: set[asyncio.Task[None]] = set()
         # Admitted connections by caller: the pane identity, or None (in no pane).
         self._per_caller: dict[str | None, int] = {}
+        # Bounds hit and logged, until the count falls below them again: a flood of
+        # refusals is one warning, not one line each.
+        self._warned: set[tuple[str, str | None]] = set()
 
     async def start(self) -> None:
         """Bind and listen (under umask 077, then chmod 0600); a stale socket file of a
@@ -176,12 +179,13 @@ class CtlServer:
         admitted = False
         try:
             if len(self._connections) > MAX_CONNECTIONS:
+                self._busy("all", None)
                 await _refuse(writer, f"the service has {MAX_CONNECTIONS} ctl connections open")
                 return
             identity = await self._attest(writer, accepted_ticks)
             caller = identity if isinstance(identity, str) else None
             if self._per_caller.get(caller, 0) >= MAX_CONNECTIONS_PER_PANE:
-                _log_call("connect", caller, "error", ErrorCode.CTL_BUSY.value)
+                self._busy("pane", caller)
                 await _refuse(
                     writer, f"this pane has {MAX_CONNECTIONS_PER_PANE} ctl connections open"
                 )
@@ -207,10 +211,25 @@ class CtlServer:
                     self._per_caller[caller] = left
                 else:
                     del self._per_caller[caller]
+                if left < MAX_CONNECTIONS_PER_PANE:
+                    self._warned.discard(("pane", caller))
             self._connections.discard(task)
+            if len(self._connections) < MAX_CONNECTIONS:
+                self._warned.discard(("all", None))
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), WRITE_TIMEOUT_S)
+
+    def _busy(self, bound: str, caller: str | None) -> None:
+        if (bound, caller) in self._warned:
+            return
+        self._warned.add((bound, caller))
+        pane = None if caller is None else pane_of_identity(caller)
+        log.warning(
+            "ctl connections refused: the %s bound is reached",
+            "service's" if bound == "all" else "pane's",
+            extra={"tool": "ctl connect", "pane": pane, "code": ErrorCode.CTL_BUSY.value},
+        )
 
     async def _attest(
         self, writer: asyncio.StreamWriter, accepted_ticks: int
