@@ -7,7 +7,9 @@ at most ``MAX_REVIEWERS_PER_PANE`` of them, removable by the client and ended wi
 from __future__ import annotations
 
 import json
+import os
 import resource
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from supervisor.front.ctl.server import MAX_CONNECTIONS_PER_PANE
 from supervisor.lanes.reviewer import MAX_REVIEWERS_PER_PANE
 from tests.conftest import REPO, Tools, stdio_params
 from tests.control.test_ctl import RUNNER, SHA, PaneShell, Ran
+from tests.faults import alive, key_of, supervisor_of
 from tests.polling import apoll
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
@@ -277,3 +280,36 @@ async def test_a_panes_reviewers_are_removable_by_the_client_and_end_with_it(
         assert await apoll(second_ended, SETTLE_S), await failures()
         (controller,) = (await tools.call("controller_list"))["leases"]
         assert controller["state"] == "released", controller
+
+
+async def test_a_restart_ends_the_reviewers_whose_starter_did_not_come_back(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    params = stdio_params(state_dir, PANEWARDEN_PROFILES=str(_profiles(tmp_path)))
+    async with Client(params) as client:
+        tools = Tools(client)
+        coord = await _coordinator(tools, tmp_path)
+        ran = await coord.ctl("--json", "reviewer-start", "rev", *REVIEWER)
+        assert ran.rc == 0, ran
+        panes = {p["name"]: p for p in (await tools.call("list_panes"))["panes"]}
+        rev_worker = key_of(panes["rev"]["worker_pid"])
+        supervisor = key_of(supervisor_of(coord.info["worker_pid"]) or 0)
+        coord_worker = key_of(coord.info["worker_pid"])
+        assert supervisor is not None and coord_worker is not None and rev_worker is not None
+        # A crash: the workers outlive the supervisor; then the starter's worker dies too.
+        os.kill(supervisor[0], signal.SIGKILL)
+        assert await apoll(lambda: not alive(supervisor), 10)
+        os.kill(coord_worker[0], signal.SIGKILL)
+        assert await apoll(lambda: not alive(coord_worker), 10)
+    async with Client(params) as client:
+        tools = Tools(client)
+        await client.list_tools()  # a started service
+        assert "coord" not in await _pane_names(tools)
+
+        async def ended() -> bool:
+            (lease,) = (await tools.call("reviewer_list"))["leases"]
+            return (lease["state"], lease["failure"]) == ("failed_closed", "starter_ended")
+
+        assert await apoll(ended, SETTLE_S), await tools.call("reviewer_list")
+        assert "rev" not in await _pane_names(tools)
+        assert await apoll(lambda: not alive(rev_worker), SETTLE_S)
