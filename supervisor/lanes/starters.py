@@ -64,10 +64,15 @@ class StarterBound:
         if not _ended(pane) or self._ctx.lifecycle.is_stopping():
             return
         identity = pane_identity(pane.name, pane.handle.instance)
-        started = self._started_by(identity)
-        own = self._own_lease(pane)
-        if started or own is not None or self._holds_controller(identity):
-            self._spawn(self._end(identity, started, own))
+        # Called inside the registry's change (a removal among them): a store that
+        # cannot be read must not break it.
+        try:
+            started = self._started_by(identity)
+            own = self._own_lease(pane)
+            if started or own is not None or self._holds_controller(identity):
+                self._spawn(self._end(identity, started, own))
+        except Exception:
+            log.exception("cannot end a pane's reviewers", extra={"pane": pane.name})
 
     def _holds_controller(self, identity: str) -> bool:
         return any(
@@ -139,7 +144,10 @@ class StarterBound:
         taken: list[PaneLease] = []
         async with self._ctx.stores.locks.hold("reviewer"):
             for lease in found:
-                current = leases.get("reviewer", lease.lease_id)
+                try:
+                    current = leases.get("reviewer", lease.lease_id)
+                except PanewardenError:
+                    continue  # gone meanwhile (a corrupt record is quarantined)
                 if current.state not in RETAINED_STATES or leases.claimed(current.lease_id):
                     continue
                 leases.claim(current)
