@@ -42,6 +42,7 @@ class ErrorCode(StrEnum):
     IDENTITY_CHANGED = "identity_changed"
     PANE_BUSY = "pane_busy"
     CONFIG_INVALID = "config_invalid"
+    CTL_BUSY = "ctl_busy"
     INTERNAL = "internal"
 
 

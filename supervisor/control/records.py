@@ -123,6 +123,9 @@ class PaneLease(msgspec.Struct, forbid_unknown_fields=True):
     # Its pane runs in a sandbox (set when it turns active). Records from before panes
     # were confined load as False, which they were.
     confined: bool = False
+    # The pane identity (``pane:<name>:<instance>``) that started it over ctl: it ends
+    # with that pane (supervisor.lanes.starters). None: a client started it.
+    started_by: str | None = None
 
 
 class SettledStatus(msgspec.Struct, forbid_unknown_fields=True):

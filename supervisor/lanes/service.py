@@ -7,6 +7,7 @@ from supervisor.lanes import sandbox
 from supervisor.lanes.adopted import AdoptedPanes
 from supervisor.lanes.git import Git
 from supervisor.lanes.reviewer import ReviewerLanes
+from supervisor.lanes.starters import StarterBound
 from supervisor.lanes.verification import Verifications
 from supervisor.lanes.writer import WriterLanes
 
@@ -25,7 +26,9 @@ class LaneService:
             sandbox_of=lambda: sandbox.git_sandbox(panes.confiner, environ),
         )
         ctx = control.context
-        self.reviewers = ReviewerLanes(ctx)
+        self.starters = StarterBound(ctx)
+        self.starters.watch()
+        self.reviewers = ReviewerLanes(ctx, self.starters.end_if_gone)
         self.adopted = AdoptedPanes(ctx)
         self.writers = WriterLanes(ctx, self.git, lambda: panes.profiles)
         self.verifications = Verifications(

@@ -29,6 +29,7 @@ from supervisor.panes.pane import LeaseTag, Pane
 from supervisor.panes.records import RECORD_VERSION, PaneRecord, PaneRecords
 from supervisor.panes.registry import ADOPTION_WAIT_S, PaneRegistry
 from supervisor.procfs import process_start_ticks
+from supervisor.profiles.confinement import ConfineSettings
 from supervisor.profiles.policy import ProfileSet, WatchdogConfig
 from supervisor.workers import orphans
 from supervisor.workers.manager import WorkerHandle, WorkerManager
@@ -85,6 +86,7 @@ class PaneLifecycle:
         on_spawn: Callable[[str], None] | None = None,
         grant: LaneGrant | None = None,
         require_confined: bool = False,
+        within: Callable[[ConfineSettings], None] | None = None,
     ) -> Pane:
         """Start a pane under a launch profile; returns it once its worker is ready.
 
@@ -92,7 +94,8 @@ class PaneLifecycle:
         instance id as soon as the worker exists (before it is ready), so a lease can
         record which pane is its own before the pane is ever visible. ``grant`` is its
         lane's part of the sandbox; ``require_confined`` refuses to start it unconfined
-        (``sandbox_unavailable``) whatever its profile says.
+        (``sandbox_unavailable``) whatever its profile says; ``within`` checks the
+        profile's confinement, as resolved for this very start, and raises to refuse it.
         """
         if not is_valid_name(name):
             raise PanewardenError(ErrorCode.INVALID_ARGUMENT, f"pane {NAME_RULE}")
@@ -115,6 +118,8 @@ class PaneLifecycle:
             required = require_confined or any(
                 rules.launch.confined_only for rules in launch_rules_for(spec.agent, spec.argv)
             )
+            if within is not None:
+                within(spec.confinement)
             confined = self.confiner.confined(spec.confinement, required=required)
             sandbox: PaneSandbox | None = None
             if confined:
@@ -168,6 +173,7 @@ class PaneLifecycle:
                 lease=lease,
                 confined=confined,
                 sandbox_dir=None if sandbox is None else sandbox.pane_dir,
+                confinement=spec.confinement if confined else None,
             )
             # Tracked before the process exists: its first frames find the pane.
             self._registry.track(pane)
@@ -198,6 +204,10 @@ class PaneLifecycle:
                 ErrorCode.SPAWN_FAILED, f"cannot start {spec.argv[0]!r}: {hello.spawn_error}"
             )
         return pane
+
+    def confinement_of(self, profile: str) -> ConfineSettings:
+        """The confinement profile ``profile`` has now (``profile_not_found``)."""
+        return self._profiles().get(profile).confinement
 
     def agent_of(self, profile: str) -> str:
         """The agent kind of a launch profile; raises profile_not_found."""
@@ -323,7 +333,8 @@ class PaneLifecycle:
         pane = await self._registry.ready(name)
         if pane.closing:
             raise PanewardenError(ErrorCode.NOT_FOUND, f"pane {name!r} is being removed")
-        refuse_leased(pane, "remove_pane")
+        if pane.lease is None or not pane.lease.started_by_pane:
+            refuse_leased(pane, "remove_pane")
         return await self.remove(pane)
 
     async def remove(self, pane: Pane) -> tuple[int | None, int]:
