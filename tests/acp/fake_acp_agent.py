@@ -33,6 +33,8 @@ session with that message) and plays each prompt by its first word:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import queue
@@ -313,7 +315,12 @@ class Agent:
                 self.chunk("still here")
                 self.end(rid, "end_turn")
             elif word == "flood":
-                piece = "f" * 65536
+                # A 1 MiB pipe (what an unprivileged process may ask): a 64 KiB one
+                # holds the flood back by itself, the worker reading a pipeful per step.
+                with contextlib.suppress(OSError):
+                    fcntl.fcntl(1, fcntl.F_SETPIPE_SZ, 1 << 20)
+                # Wide characters: cheap to read, the dearest text to draw (one by one).
+                piece = ("\u4e2d" * 39 + "\n") * 560
                 deadline = time.monotonic() + float(rest or "3")
                 while time.monotonic() < deadline:
                     self.chunk(piece)
