@@ -543,7 +543,7 @@ class AcpSession:
         log.warning("ACP session broken: %s", _cut(reason, 400), extra={"pane": self._name})
         self.render.note(reason)
         tail = self.program.stderr_tail.decode(errors="replace").strip()
-        if tail:
+        if tail and tail[-MESSAGE_CHARS:] not in reason:  # (not twice: quoted already)
             self.render.stderr(tail)
         self._start_deadline = None
         self._permissions.clear()

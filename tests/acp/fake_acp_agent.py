@@ -22,10 +22,11 @@ session with that message) and plays each prompt by its first word:
 - hostile agents: ``nested`` (a frame nested 2,000 deep), ``bigusage`` (a usage count of
   2^70), ``osctool`` (a permission request whose title holds an OSC 7501 record), ``bigids``
   (20 answers to no request, each with a 1 MB id, then a plain reply), ``flood SECONDS``
-  (message chunks of 64 KiB as fast as they are read for that long, then ``end_turn``),
-  ``closeout`` (closes its stdout and stays alive); ``--stderr TEXT`` writes TEXT to
-  stderr at start (with ``--fail-new``: the words a session that cannot start leaves);
-  ``--die TEXT`` writes TEXT to stderr and exits 1 before reading anything;
+  (64 KiB chunks of wide characters into a 1 MiB pipe as fast as they are read, for that
+  long, then ``end_turn``), ``closeout`` (closes its stdout and stays alive), ``marks``
+  (``a`` and 40,000 U+0301); ``--stderr TEXT`` writes TEXT to stderr at start (with
+  ``--fail-new``: the words a session that cannot start leaves); ``--die TEXT`` writes
+  TEXT to stderr and exits 1 before reading anything;
 - ``write PATH TEXT`` (with ``--edits``): writes ``TEXT`` to ``PATH`` below its working
   directory, as the demo agent's ``--edits`` does (writer-lane tests on both substrates).
 """
@@ -324,6 +325,9 @@ class Agent:
                 deadline = time.monotonic() + float(rest or "3")
                 while time.monotonic() < deadline:
                     self.chunk(piece)
+                self.end(rid, "end_turn")
+            elif word == "marks":
+                self.chunk("a" + "\u0301" * 40_000 + "\nafter the marks")
                 self.end(rid, "end_turn")
             elif word == "closeout":
                 sys.stdout.flush()

@@ -3,12 +3,18 @@ dropped, the same on both emulator backends (paneworker/screen/emulator/zero_wid
 
 from __future__ import annotations
 
+import json
+import sys
 import time
+from pathlib import Path
 
+import anyio
 import pytest
+from mcp import Client
 
 from paneworker.screen.emulator.zero_width import MAX_MARKS
 from paneworker.screen.terminal import Terminal
+from tests.conftest import Tools, stdio_params
 from tests.paneworker.emulators import ALL
 
 
@@ -55,3 +61,39 @@ def test_bidi_controls_and_line_separators_never_reach_the_text(emulator: str, c
     term = _terminal(emulator)
     term.feed(f"left{char}right\r\nnext".encode())
     assert term.display_lines()[:2] == ["leftright", "next"], (emulator, hex(ord(char)))
+
+
+FLOOD = (
+    "import sys, time; sys.stdout.write('a' + '\\u0301' * 40000 + '\\nafter the marks\\n');"
+    " sys.stdout.flush(); time.sleep(60)"
+)
+ACP_AGENT = str(Path(__file__).parent.parent / "acp" / "fake_acp_agent.py")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("emulator", ALL)
+@pytest.mark.parametrize("protocol", ["terminal", "acp"])
+async def test_read_output_answers_within_a_second_of_a_mark_flood(
+    state_dir: Path, tmp_path: Path, emulator: str, protocol: str
+) -> None:
+    argv = [sys.executable, "-c", FLOOD] if protocol == "terminal" else [sys.executable, ACP_AGENT]
+    profile = {"name": "p", "agent": "generic", "argv": argv, "cwds": ["/"]}
+    profile |= {"emulator": emulator, "protocol": protocol}
+    path = tmp_path / "profiles.json"
+    path.write_text(json.dumps({"profiles": [profile]}))
+    async with Client(stdio_params(state_dir, PANEWARDEN_PROFILES=str(path))) as client:
+        tools = Tools(client)
+        await tools.call("start_pane", name="m", profile="p")
+        if protocol == "acp":
+            await tools.call("send_input", name="m", text="marks")
+        deadline = time.monotonic() + 30
+        text = ""
+        while "after the marks" not in text:
+            assert time.monotonic() < deadline, text
+            started = time.monotonic()
+            text = (await tools.call("read_output", name="m"))["text"]
+            took = time.monotonic() - started
+            assert took < 1.0, f"read_output took {took:.1f} s"
+            await anyio.sleep(0.05)
+        assert "\u00e1" + "\u0301" * MAX_MARKS + "\n" in text, text[:200]
+        await tools.call("remove_pane", name="m")
