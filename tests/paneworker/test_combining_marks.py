@@ -61,6 +61,18 @@ def test_bidi_controls_and_line_separators_never_reach_the_text(emulator: str, c
     term = _terminal(emulator)
     term.feed(f"left{char}right\r\nnext".encode())
     assert term.display_lines()[:2] == ["leftright", "next"], (emulator, hex(ord(char)))
+    # The screen feed and the viewers draw the styled lines: the same there.
+    styled = term.styled_lines()
+    assert char not in "".join(styled), (emulator, styled[:2])
+    assert "leftright" in styled[0], styled[0]
+
+
+@pytest.mark.parametrize("emulator", ALL)
+def test_the_styled_lines_cut_marks_alike(emulator: str) -> None:
+    term = _terminal(emulator)
+    term.feed(("x" + "\u0323" * 100).encode())
+    assert "x" + "\u0323" * MAX_MARKS + "\u0323" not in term.styled_lines()[0], emulator
+    assert "x" + "\u0323" * MAX_MARKS in term.styled_lines()[0], emulator
 
 
 FLOOD = (

@@ -206,7 +206,8 @@ class GhosttyModel:
                 term, opts[0], buf, size, n
             )
         )
-        return per_line_sgr(text, self._rows)
+        # The feed and the viewers draw this: what the plain text drops, this drops too.
+        return per_line_sgr(self._plain.clean(text), self._rows)
 
     def _new_selection(self, x0: int, y0: int, x1: int, y1: int, tag: str) -> Any:
         from pyghostty.core import init_sized
@@ -280,7 +281,10 @@ class _PlainText:
         self.dropped_marks = 0
 
     def __call__(self, text: str) -> str:
-        text = text.rstrip()
+        return self.clean(text.rstrip())
+
+    def clean(self, text: str) -> str:
+        """The same without the trailing blanks cut: for the styled (SGR) text too."""
         if text.isascii():
             return text
         text = unicodedata.normalize("NFC", text.translate(self._drop))
