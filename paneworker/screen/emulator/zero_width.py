@@ -11,6 +11,7 @@ text does instead of growing one cell without bound.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from pyte.screens import wcwidth
@@ -18,6 +19,8 @@ from pyte.screens import wcwidth
 # Marks kept on one cell (after NFC); the rest of a run is dropped.
 MAX_MARKS = 16
 _MARK_CATEGORIES = frozenset({"Mn", "Me", "Mc"})
+# A run of non-ASCII characters long enough to hold more marks than a cell keeps.
+_LONG_RUN = re.compile(f"[^\\x00-\\x7f]{{{MAX_MARKS + 1},}}")
 # Code points whose verdict a ``DropTable`` keeps before it starts over.
 _MAX_CACHED = 4096
 
@@ -59,15 +62,28 @@ class DropTable(dict[int, int | None]):
 def cap_marks(text: str, is_mark_char: dict[str, bool]) -> tuple[str, int]:
     """``text`` with every run of marks cut to ``MAX_MARKS``, and how many were cut.
 
-    ``is_mark_char`` caches :func:`is_mark` per character (the caller bounds it).
+    ``is_mark_char`` caches :func:`is_mark` per character (the caller bounds it). Only
+    runs of more than ``MAX_MARKS`` non-ASCII characters are looked at, character by
+    character: most text (box drawing aside) has none, and is returned as it is.
     """
+    if not _LONG_RUN.search(text):
+        return text, 0
+    dropped = 0
+
+    def cut(match: re.Match[str]) -> str:
+        nonlocal dropped
+        kept, count = _cap_run(match.group(), is_mark_char)
+        dropped += count
+        return kept
+
+    out = _LONG_RUN.sub(cut, text)
+    return (out, dropped) if dropped else (text, 0)
+
+
+def _cap_run(text: str, is_mark_char: dict[str, bool]) -> tuple[str, int]:
     out: list[str] = []
-    run = dropped = 0
-    start = 0
+    run = dropped = start = 0
     for index, char in enumerate(text):
-        if char.isascii():
-            run = 0
-            continue
         mark = is_mark_char.get(char)
         if mark is None:
             if len(is_mark_char) >= _MAX_CACHED:
