@@ -27,4 +27,14 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="Pi: screen status and turns only (it asks before nothing); always confined",
     home_writable=(".pi/",),
+    home_programs=(
+        ".pi/agent/settings.json",
+        ".pi/agent/models.json",
+        ".pi/agent/AGENTS.md",
+        ".pi/agent/extensions/",
+        ".pi/agent/hooks/",
+        ".pi/agent/tools/",
+        ".pi/agent/prompts/",
+    ),
+    credentials=(".pi/agent/auth.json",),
 )
