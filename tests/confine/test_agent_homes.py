@@ -1,0 +1,154 @@
+"""An agent kind's HOME from inside its confined pane, as a prompt-injected agent would
+attack it (a reviewer's HOME is the same as any pane's of its kind): the files that
+name programs the kind's CLI runs (hooks, notify, plugins, MCP servers) are written
+only in the pane's private copy, their directories are read-only, the kind's own
+state stays writable, and no other kind's credentials can be read (issue 27, items 4 and 15)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from mcp.client.client import Client
+
+from tests.confine.probing import probe, probe_profile
+from tests.conftest import Tools, stdio_params
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+DENIED = "PermissionError:13"
+READ_ONLY = "OSError:30"  # EROFS
+HOST_SETTINGS = '{"theme": "dark"}\n'
+CREDENTIALS = {
+    "claude": ".claude/.credentials.json",
+    "codex": ".codex/auth.json",
+    "opencode": ".local/share/opencode/auth.json",
+    "gemini": ".gemini/oauth_creds.json",
+}
+
+
+@dataclass
+class Home:
+    base: Path
+    home: Path
+    work: Path
+    state: Path
+
+    def env(self) -> dict[str, str]:
+        return {
+            "HOME": str(self.home),
+            "PANEWARDEN_PROFILES": str(self.base / "profiles.json"),
+            "PANEWARDEN_CONFINE": "on",
+        }
+
+
+@pytest.fixture
+def home() -> Iterator[Home]:
+    # Outside /tmp: the private /tmp must not be what hides these.
+    base = Path("/var/tmp") / f"pw-homes-{secrets.token_hex(4)}"
+    home, work, state = base / "home", base / "work", base / "state"
+    for path in (home, work, state):
+        path.mkdir(parents=True, mode=0o700)
+    for kind, relative in CREDENTIALS.items():
+        path = home / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{kind}-SECRET\n")
+    (home / ".claude" / "settings.json").write_text(HOST_SETTINGS)
+    (home / ".codex" / "config.toml").write_text('model = "o3"\n')
+    profiles = {
+        "profiles": [
+            probe_profile(kind, [str(work)], agent=kind) for kind in ("claude", "codex", "opencode")
+        ]
+    }
+    (base / "profiles.json").write_text(json.dumps(profiles))
+    try:
+        yield Home(base, home, work, state)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _pane_cwd(home: Home, kind: str) -> Path:
+    path = home.work / kind
+    path.mkdir(exist_ok=True)
+    return path
+
+
+async def test_a_pane_plants_nothing_its_kind_runs_and_reads_no_other_kinds_keys(
+    home: Home,
+) -> None:
+    h = home.home
+    async with Client(stdio_params(home.state, **home.env())) as client:
+        tools = Tools(client)
+        claude = await probe(
+            tools,
+            "claude",
+            "claude",
+            _pane_cwd(home, "claude"),
+            {
+                "settings": ["write", str(h / ".claude/settings.json")],
+                "settings_local": ["write", str(h / ".claude/settings.local.json")],
+                "hook_script": ["write", str(h / ".claude/hooks/start.sh")],
+                "plugin": ["write", str(h / ".claude/plugins/evil.js")],
+                "command": ["write", str(h / ".claude/commands/evil.md")],
+                "state": ["write", str(h / ".claude/history.jsonl")],
+                "own_keys": ["read", str(h / CREDENTIALS["claude"])],
+                **{f"keys {k}": ["read", str(h / r)] for k, r in CREDENTIALS.items()},
+            },
+        )
+        # The CLI writes its settings as it likes, into the pane's own copy.
+        assert claude["settings"] == "ok:5", claude
+        assert claude["settings_local"] == "ok:5", claude
+        for name in ("hook_script", "plugin", "command"):
+            assert claude[name] == READ_ONLY, (name, claude)
+        assert claude["state"] == "ok:5", claude
+        assert claude["own_keys"].startswith("ok:"), claude
+        for kind in ("codex", "opencode", "gemini"):
+            assert claude[f"keys {kind}"] == DENIED, (kind, claude)
+        codex = await probe(
+            tools,
+            "codex",
+            "codex",
+            _pane_cwd(home, "codex"),
+            {
+                "notify": ["write", str(h / ".codex/config.toml")],
+                "prompt": ["write", str(h / ".codex/prompts/evil.md")],
+                "sessions": ["write", str(h / ".codex/history.jsonl")],
+                **{f"keys {k}": ["read", str(h / r)] for k, r in CREDENTIALS.items()},
+            },
+        )
+        assert codex["notify"] == "ok:5", codex
+        assert codex["prompt"] == READ_ONLY, codex
+        assert codex["sessions"] == "ok:5", codex
+        assert codex["keys codex"].startswith("ok:"), codex
+        for kind in ("claude", "opencode", "gemini"):
+            assert codex[f"keys {kind}"] == DENIED, (kind, codex)
+        opencode = await probe(
+            tools,
+            "opencode",
+            "opencode",
+            _pane_cwd(home, "opencode"),
+            {
+                "config": ["write", str(h / ".config/opencode/opencode.json")],
+                "plugin": ["write", str(h / ".config/opencode/plugin/evil.ts")],
+                "data": ["write", str(h / ".local/share/opencode/log.txt")],
+            },
+        )
+        assert opencode["config"] == "ok:5", opencode
+        assert opencode["plugin"] == READ_ONLY, opencode
+        assert opencode["data"] == "ok:5", opencode
+        for pane in ("claude", "codex", "opencode"):
+            await tools.call("remove_pane", name=pane)
+    # The host's files never saw a byte of it: what the operator's CLI reads next.
+    assert (h / ".claude/settings.json").read_text() == HOST_SETTINGS
+    assert "probe" not in (h / ".claude/settings.local.json").read_text()
+    assert (h / ".codex/config.toml").read_text() == 'model = "o3"\n'
+    assert "probe" not in (h / ".config/opencode/opencode.json").read_text()
+    for planted in (".claude/hooks/start.sh", ".claude/plugins/evil.js", ".codex/prompts/evil.md"):
+        assert not (h / planted).exists(), planted
+    assert not (h / ".config/opencode/plugin/evil.ts").exists()
+    assert (h / ".claude/history.jsonl").read_text() == "probe"
