@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from mcp.client.client import Client
 
-from tests.confine.probing import probe, probe_profile
+from tests.confine.probing import probe, probe_profile, python_run
 from tests.conftest import Tools, stdio_params
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -24,6 +24,17 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 DENIED = "PermissionError:13"
 READ_ONLY = "OSError:30"  # EROFS
 HOST_SETTINGS = '{"theme": "dark"}\n'
+# A directory the CLI reads programs from may be missing: make it, then plant a file.
+MKDIR_WRITE = """
+import os, sys
+try:
+    os.makedirs(sys.argv[1], exist_ok=True)
+    with open(os.path.join(sys.argv[1], sys.argv[2]), "w") as handle:
+        handle.write("probe")
+    print("written")
+except OSError as exc:
+    print(f"OSError:{exc.errno}")
+"""
 CREDENTIALS = {
     "claude": ".claude/.credentials.json",
     "codex": ".codex/auth.json",
@@ -59,6 +70,9 @@ def home() -> Iterator[Home]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"{kind}-SECRET\n")
     (home / ".claude" / "settings.json").write_text(HOST_SETTINGS)
+    # Directories the operator's CLI made already; ``commands/`` and the rest are not there.
+    for made in (".claude/hooks", ".claude/plugins", ".config/opencode/plugin"):
+        (home / made).mkdir(parents=True)
     (home / ".codex" / "config.toml").write_text('model = "o3"\n')
     profiles = {
         "profiles": [
@@ -94,7 +108,7 @@ async def test_a_pane_plants_nothing_its_kind_runs_and_reads_no_other_kinds_keys
                 "settings_local": ["write", str(h / ".claude/settings.local.json")],
                 "hook_script": ["write", str(h / ".claude/hooks/start.sh")],
                 "plugin": ["write", str(h / ".claude/plugins/evil.js")],
-                "command": ["write", str(h / ".claude/commands/evil.md")],
+                "command": python_run(MKDIR_WRITE, str(h / ".claude/commands"), "evil.md"),
                 "state": ["write", str(h / ".claude/history.jsonl")],
                 "own_keys": ["read", str(h / CREDENTIALS["claude"])],
                 **{f"keys {k}": ["read", str(h / r)] for k, r in CREDENTIALS.items()},
@@ -103,8 +117,9 @@ async def test_a_pane_plants_nothing_its_kind_runs_and_reads_no_other_kinds_keys
         # The CLI writes its settings as it likes, into the pane's own copy.
         assert claude["settings"] == "ok:5", claude
         assert claude["settings_local"] == "ok:5", claude
-        for name in ("hook_script", "plugin", "command"):
+        for name in ("hook_script", "plugin"):
             assert claude[name] == READ_ONLY, (name, claude)
+        assert claude["command"].strip() == "ok:rc=0 OSError:30", claude
         assert claude["state"] == "ok:5", claude
         assert claude["own_keys"].startswith("ok:"), claude
         for kind in ("codex", "opencode", "gemini"):
@@ -116,13 +131,13 @@ async def test_a_pane_plants_nothing_its_kind_runs_and_reads_no_other_kinds_keys
             _pane_cwd(home, "codex"),
             {
                 "notify": ["write", str(h / ".codex/config.toml")],
-                "prompt": ["write", str(h / ".codex/prompts/evil.md")],
+                "prompt": python_run(MKDIR_WRITE, str(h / ".codex/prompts"), "evil.md"),
                 "sessions": ["write", str(h / ".codex/history.jsonl")],
                 **{f"keys {k}": ["read", str(h / r)] for k, r in CREDENTIALS.items()},
             },
         )
         assert codex["notify"] == "ok:5", codex
-        assert codex["prompt"] == READ_ONLY, codex
+        assert codex["prompt"].strip() == "ok:rc=0 OSError:30", codex
         assert codex["sessions"] == "ok:5", codex
         assert codex["keys codex"].startswith("ok:"), codex
         for kind in ("claude", "opencode", "gemini"):
@@ -148,7 +163,12 @@ async def test_a_pane_plants_nothing_its_kind_runs_and_reads_no_other_kinds_keys
     assert "probe" not in (h / ".claude/settings.local.json").read_text()
     assert (h / ".codex/config.toml").read_text() == 'model = "o3"\n'
     assert "probe" not in (h / ".config/opencode/opencode.json").read_text()
-    for planted in (".claude/hooks/start.sh", ".claude/plugins/evil.js", ".codex/prompts/evil.md"):
+    for planted in (
+        ".claude/hooks/start.sh",
+        ".claude/plugins/evil.js",
+        ".claude/commands/evil.md",
+        ".codex/prompts/evil.md",
+    ):
         assert not (h / planted).exists(), planted
     assert not (h / ".config/opencode/plugin/evil.ts").exists()
     assert (h / ".claude/history.jsonl").read_text() == "probe"
