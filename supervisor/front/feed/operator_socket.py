@@ -94,12 +94,13 @@ class OperatorSocket:
         sock = writer.get_extra_info("socket")
         if sock is None:
             raise PanewardenError(ErrorCode.FORBIDDEN, "the operator socket cannot see its peer")
+        # The request is read first, so a refused client hears why instead of a broken pipe.
+        pane = await _read_request(reader)
         refuse_sandboxed_peer(sock)
         if await self._in_a_pane(sock, accepted):
             raise PanewardenError(
                 ErrorCode.FORBIDDEN, "the operator socket serves no program running in a pane"
             )
-        pane = await _read_request(reader)
         viewer = await self._hub.open(pane)
         hangup = asyncio.ensure_future(reader.read(1))
         try:
