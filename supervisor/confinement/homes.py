@@ -9,7 +9,8 @@ and every other pane of it, runs. So, inside the pane's writable paths:
 - each such file is a private copy in the pane's own directory, seeded from the host's
   and bound over it: the CLI reads and writes its copy, the host's file never changes,
   and the copy goes with the pane. A missing file is first made on the host, neutral
-  (``{}`` for JSON, empty otherwise), as the mount point the pane cannot replace;
+  (``{}`` for JSON, empty otherwise, or the kind's own text for it), as the mount point
+  the pane cannot replace;
 - each such directory is made when missing and bound read-only.
 
 An entry that is a symbolic link inside a writable directory is refused: the link
@@ -44,7 +45,8 @@ def home_programs(
     roots = real_paths(writable)
     directories: list[str] = []
     files: list[tuple[str, str]] = []
-    for index, entry in enumerate(spec.home_programs if spec is not None else ()):
+    for index, item in enumerate(spec.home_programs if spec is not None else ()):
+        entry, seed = item if isinstance(item, tuple) else (item, None)
         path = os.path.join(home, entry.rstrip("/"))
         target = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
         if not under(target, roots):
@@ -56,7 +58,7 @@ def home_programs(
                 os.makedirs(target, mode=0o700, exist_ok=True)
                 directories.append(target)
                 continue
-            _make_neutral(target)
+            _make_neutral(target, seed)
             copies = os.path.join(pane_dir, COPIES_DIR)
             os.makedirs(copies, mode=0o700, exist_ok=True)
             copy = os.path.join(copies, f"{index}-{os.path.basename(target)}")
@@ -96,12 +98,12 @@ def other_kinds_credentials(agent: str, home: str) -> list[str]:
     ]
 
 
-def _make_neutral(path: str) -> None:
-    """Make ``path`` (0600) when missing, empty or ``{}`` by its suffix: what the CLI
-    reads as no setting at all."""
+def _make_neutral(path: str, seed: str | None) -> None:
+    """Make ``path`` (0600) when missing: ``seed``, else empty or ``{}`` by its suffix,
+    what the CLI reads as no setting at all."""
     if os.path.lexists(path):
         return
-    text = NEUTRAL_JSON if path.endswith((".json", ".jsonc")) else ""
+    text = seed if seed is not None else NEUTRAL_JSON if path.endswith((".json", ".jsonc")) else ""
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
