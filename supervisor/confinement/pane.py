@@ -38,7 +38,7 @@ from pathlib import Path
 from protocol.agents.table import SPECS
 from protocol.egress import Destination, forwarder_argv, hosts_file
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.confinement.homes import home_programs, other_kinds_credentials
+from supervisor.confinement.homes import home_programs
 from supervisor.confinement.host import HostSupport
 from supervisor.confinement.policy import (
     SandboxPolicy,
@@ -189,9 +189,8 @@ class PaneConfiner:
             for path in other_cwds
             if path != cwd and under(path, writable) and os.path.isdir(path)
         ]
-        secret = [*hidden_paths(home, settings.hide, self._service_paths)]
-        secret += other_kinds_credentials(agent, home)
-        hidden = worth_hiding(tuple(dict.fromkeys(secret)), shown)
+        secret = hidden_paths(home, settings.hide, self._service_paths, agent)
+        hidden = worth_hiding(secret, shown)
         sockets: list[tuple[str, str]] = []
         overrides = {"TMPDIR": "/tmp"}
         if self._ctl_socket is not None and os.path.exists(self._ctl_socket):

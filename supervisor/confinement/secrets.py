@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from supervisor.config import ServiceConfig, default_state_dir
+from supervisor.confinement.homes import other_kinds_credentials
 
 DEFAULT_HIDDEN = (
     ".ssh",
@@ -84,11 +85,16 @@ def home_path(entry: str, home: str) -> str:
     return os.path.normpath(entry if os.path.isabs(entry) else os.path.join(home, entry))
 
 
-def hidden_paths(home: str, hide: Sequence[str], service: Iterable[str]) -> tuple[str, ...]:
-    """The defaults under ``home``, with a profile's additions and drops, then the
+def hidden_paths(
+    home: str, hide: Sequence[str], service: Iterable[str], agent: str = ""
+) -> tuple[str, ...]:
+    """The defaults under ``home`` and every agent kind's credentials but ``agent``'s
+    (all of them for a verification recipe), with a profile's additions and drops (a
+    generic profile that runs ``npx codex`` drops ``!~/.codex/auth.json``), then the
     service's own paths (which no profile can drop)."""
     dropped = {home_path(e[len(DROP_PREFIX) :], home) for e in hide if e.startswith(DROP_PREFIX)}
     chosen = [home_path(entry, home) for entry in DEFAULT_HIDDEN]
     chosen += [home_path(e, home) for e in hide if not e.startswith(DROP_PREFIX)]
+    chosen += other_kinds_credentials(agent, home)
     kept = [path for path in chosen if path not in dropped]
     return tuple(dict.fromkeys([*kept, *service]))
