@@ -172,3 +172,22 @@ async def test_a_pane_plants_nothing_its_kind_runs_and_reads_no_other_kinds_keys
         assert not (h / planted).exists(), planted
     assert not (h / ".config/opencode/plugin/evil.ts").exists()
     assert (h / ".claude/history.jsonl").read_text() == "probe"
+
+
+async def test_a_program_naming_file_that_is_a_link_in_a_writable_dir_refuses_the_start(
+    home: Home,
+) -> None:
+    # The pane could replace the link by a file of its own: the start is refused.
+    settings = home.home / ".claude" / "settings.json"
+    real = home.base / "dotfiles-settings.json"
+    settings.rename(real)
+    settings.symlink_to(real)
+    async with Client(stdio_params(home.state, **home.env())) as client:
+        tools = Tools(client)
+        cwd = _pane_cwd(home, "claude")
+        refused = await tools.error("start_pane", name="c", profile="claude", cwd=str(cwd))
+        assert refused["code"] == "sandbox_unavailable", refused
+        assert "symbolic link" in refused["message"], refused
+        # Another kind starts: only claude's path is a link.
+        await probe(tools, "x", "codex", _pane_cwd(home, "codex"), {})
+    assert real.read_text() == HOST_SETTINGS
