@@ -13,7 +13,8 @@ applied in this order, each on top of the ones before it:
 3. ``writable``: bound read-write (the cwd, the paths the agent kind must write, the
    profile's ``writable``, a recipe's outputs);
 4. ``read_only``: bound read-only again inside a writable one (other panes' cwds, the
-   parts of a writer's worktree it does not own);
+   parts of a writer's worktree it does not own), then ``private_files``: private
+   copies bound read-write over host files;
 5. ``hidden``: each replaced by an empty stand-in nobody inside can read (a tmpfs of mode
    0000 for a directory, an empty mode-0000 file for a file), last, so a secret inside a
    writable HOME is hidden too;
@@ -75,6 +76,10 @@ class SandboxPolicy:
     files: tuple[tuple[str, str], ...] = ()
     # Run inside before the program (the egress forwarder, which execs it).
     launcher: tuple[str, ...] = ()
+    # (host file, path inside): a private copy bound read-write over a file, after the
+    # read-only re-binds (an agent kind's settings inside its writable HOME directory:
+    # the program writes its copy, the host's file never changes).
+    private_files: tuple[tuple[str, str], ...] = ()
 
 
 def hidden_mounts(paths: Sequence[str], unreadable_file: str) -> list[str]:
@@ -125,6 +130,8 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
         args += ["--bind", path, path]
     for path in real_paths(policy.read_only):
         args += ["--ro-bind", path, path]
+    for host_path, inside in policy.private_files:
+        args += ["--bind", host_path, inside]
     args += hidden_mounts(real_paths(policy.hidden), policy.unreadable_file)
     for host_path, inside in policy.files:
         args += ["--ro-bind", host_path, inside]

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
+from supervisor.confinement.nesting import refuse_inside_writable
 from supervisor.control.context import ControlContext
 from supervisor.control.controllers import Credentials
 from supervisor.control.fences import new_id
@@ -245,6 +246,9 @@ class WriterLanes:
                 raise _conflict(f"locked scope {hit[0]!r} overlaps {hit[1]!r} owned by {who}")
         # Starting panes included: the registry records where a start runs in the same
         # step as it checks the writer worktrees (this lease's too, once it is saved).
+        refuse_inside_writable(
+            terms.worktree, self._ctx.registry.every_worker_pane(), None, "the worktree"
+        )
         inside = self._ctx.registry.panes_inside(terms.worktree)
         if inside:
             raise _conflict(f"pane {inside[0]!r} already runs in {terms.worktree}")

@@ -23,6 +23,7 @@ from protocol.messages import CAPTURE_QUIET_S, READ_QUIET_MAX_S, Close, Closed, 
 from protocol.names import NAME_RULE, is_valid_name
 from protocol.timing import KILL_GRACE_S
 from supervisor.config import ServiceConfig
+from supervisor.confinement.nesting import refuse_inside_writable
 from supervisor.confinement.pane import LaneGrant, PaneConfiner, PaneSandbox
 from supervisor.panes.driving import error_code, refuse_leased
 from supervisor.panes.pane import LeaseTag, Pane
@@ -136,7 +137,11 @@ class PaneLifecycle:
                 )
             try:
                 # No await between this check of the directory and its record.
-                self._registry.place(name, spec.cwd, None if lease is None else lease.lease_id)
+                lease_id = None if lease is None else lease.lease_id
+                refuse_inside_writable(
+                    spec.cwd, self._registry.every_worker_pane(), lease_id, "the pane's cwd"
+                )
+                self._registry.place(name, spec.cwd, lease_id)
             except BaseException:
                 if sandbox is not None:
                     self.confiner.forget(sandbox.pane_dir)
@@ -174,6 +179,8 @@ class PaneLifecycle:
                 confined=confined,
                 sandbox_dir=None if sandbox is None else sandbox.pane_dir,
                 confinement=spec.confinement if confined else None,
+                sandbox_writable=() if sandbox is None else sandbox.writable,
+                sandbox_read_only=() if sandbox is None else sandbox.read_only,
             )
             # Tracked before the process exists: its first frames find the pane.
             self._registry.track(pane)
@@ -280,6 +287,8 @@ class PaneLifecycle:
                 watchdog=self._watchdog_config(rec.profile) if rec.watchdog else None,
                 confined=rec.confined,
                 sandbox_dir=self.confiner.pane_dir_of(rec.name) if rec.confined else None,
+                # Its record keeps no grant: at least its cwd is what it writes.
+                sandbox_writable=(rec.cwd,) if rec.confined else (),
             )
             task = loop.create_task(self._finish_adoption(pane), name=f"adopt-{rec.name}")
             self._registry.adopting(pane, task)

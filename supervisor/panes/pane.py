@@ -75,6 +75,10 @@ class Pane:
     # The confinement it was started with (None: unconfined, or re-adopted after a
     # restart): what a reviewer it starts over ctl may not exceed.
     confinement: ConfineSettings | None = None
+    # What its sandbox lets it write, and read-only again inside that (resolved): no
+    # later pane or writer worktree is admitted there (supervisor.confinement.nesting).
+    sandbox_writable: tuple[str, ...] = ()
+    sandbox_read_only: tuple[str, ...] = ()
     # The cursor of the last dialog answer delivered: a `blocked` status at or before it
     # was answered, even while the program has not reported what it did next.
     answered_seq: int = -1
