@@ -48,12 +48,14 @@ class LaneGrant:
     """What a lane changes in its pane's sandbox: a reviewer's worktree is read-only; a
     writer's is read-only but for ``writable`` (its scopes, the Git paths a commit on its
     own branch writes), with ``read_only`` bound again inside those. ``visible``: paths
-    it must see read-only even under ``/tmp`` (a worktree's Git common dir)."""
+    it must see read-only even under ``/tmp`` (a worktree's Git common dir). ``env``:
+    variables the pane runs with, confined or not (a writer's private object dir)."""
 
     cwd_writable: bool = True
     visible: tuple[str, ...] = ()
     writable: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.lanes import git_command
+from supervisor.lanes import git_command, objects
 from supervisor.lanes.refs import short_branch
 from supervisor.workers.subprocesses import ChildResult, ChildRunner
 
@@ -153,6 +153,8 @@ class Git:
         ok: tuple[int, ...] = (0,),
     ) -> ChildResult:
         argv = git_command.argv(directory, args)
+        # A writer lane's own objects, read after the shared store's (lanes.objects).
+        env = {**env, **objects.read_env(directory)}
         return await self._spawn(argv, env, limit, ok, f"{args[0]} in {directory}")
 
     async def _spawn(

@@ -1,0 +1,224 @@
+"""A writer's private object directory, and the verified import of its objects.
+
+A writer never writes the repository's shared object store: inside its sandbox the
+common dir, ``objects/`` included, is read-only, and its Git writes new objects to a
+directory of its own, ``<worktree admin dir>/panewarden-objects`` (``GIT_OBJECT_DIRECTORY``
+in the pane's environment, the shared store its ``GIT_ALTERNATE_OBJECT_DIRECTORIES``).
+An object already in the shared store can therefore never be replaced under its id, and
+nothing the lane wrote is seen by any other checkout before it is verified.
+
+The supervisor's own Git on the lane's worktree reads the private directory as an
+alternate *after* the shared store (:func:`read_env`): the shared copy of an id always
+wins.
+
+At ``writer_release`` (:func:`verify_new` while the pane still runs, :func:`import_new`
+once it is closed) every object reachable from the lane's head and not in the shared
+store is read back, re-hashed (an object whose content does not hash to its id is
+refused, ``object_invalid``), packed and indexed into the shared store by
+``git index-pack --strict`` (which hashes again and runs Git's fsck checks: a tree naming
+``.git``, a broken link). The import is blocking work: call it off the loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from protocol.errors import ErrorCode, PanewardenError
+from supervisor.lanes import git_command
+
+PRIVATE_DIR = "panewarden-objects"
+IMPORT_TIMEOUT_S = 120.0
+# The bytes of new objects one release may import (their content, uncompressed).
+MAX_IMPORT_BYTES = 256 * 1024 * 1024
+MESSAGE_LIMIT = 300
+
+
+def private_dir(git_dir: str) -> str:
+    """The private object directory of the worktree whose admin dir is ``git_dir``."""
+    return os.path.join(git_dir, PRIVATE_DIR)
+
+
+def prepare(git_dir: str) -> str:
+    """Make the private object directory (kept when it exists: a lane closed by force
+    leaves its objects there for the next lane on the worktree); returns its path.
+
+    Raises:
+        PanewardenError: ``git_precondition`` when it cannot be made or is not a
+            plain directory.
+    """
+    path = private_dir(git_dir)
+    try:
+        os.makedirs(os.path.join(path, "info"), mode=0o755, exist_ok=True)
+        os.makedirs(os.path.join(path, "pack"), mode=0o755, exist_ok=True)
+    except OSError as exc:
+        raise PanewardenError(
+            ErrorCode.GIT_PRECONDITION, f"cannot make {path}: {exc.strerror}"
+        ) from None
+    if os.path.islink(path) or not os.path.isdir(path):
+        raise PanewardenError(ErrorCode.GIT_PRECONDITION, f"{path} is not a directory")
+    return path
+
+
+def pane_env(private: str, common_dir: str) -> tuple[tuple[str, str], ...]:
+    """The variables a writer's pane runs with: new objects go to ``private``."""
+    return (
+        ("GIT_OBJECT_DIRECTORY", private),
+        ("GIT_ALTERNATE_OBJECT_DIRECTORIES", _quoted(os.path.join(common_dir, "objects"))),
+    )
+
+
+def read_env(directory: str) -> dict[str, str]:
+    """For the supervisor's Git at ``directory``: the lane's private objects as an
+    alternate when ``directory`` is a linked worktree that has them (else nothing).
+    The ``.git`` file is read, never followed as a link."""
+    dotgit = os.path.join(directory, ".git")
+    try:
+        if os.path.islink(dotgit) or not os.path.isfile(dotgit):
+            return {}
+        with open(dotgit, "rb") as handle:
+            text = handle.read(4096).decode(errors="replace")
+    except OSError:
+        return {}
+    if not text.startswith("gitdir: "):
+        return {}
+    git_dir = text[len("gitdir: ") :].strip()
+    if not os.path.isabs(git_dir):
+        git_dir = os.path.join(directory, git_dir)
+    path = private_dir(os.path.realpath(git_dir))
+    if os.path.islink(path) or not os.path.isdir(path):
+        return {}
+    return {"GIT_ALTERNATE_OBJECT_DIRECTORIES": _quoted(path)}
+
+
+def _quoted(path: str) -> str:
+    """One entry of an alternates list: Git splits on ``:`` unless it is quoted."""
+    if ":" not in path and not path.startswith('"'):
+        return path
+    return '"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclass(frozen=True)
+class Store:
+    """A lane's two object stores: the shared one (its common dir's) and its own."""
+
+    common_dir: str
+    private: str
+    environ: Mapping[str, str]
+
+    def _env(self, lane_view: bool) -> dict[str, str]:
+        env = git_command.environment(self.environ)
+        if lane_view:
+            env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = _quoted(self.private)
+        return env
+
+    def _git(self, args: Sequence[str], *, lane_view: bool, data: bytes = b"") -> bytes:
+        argv = git_command.argv_for_git_dir(self.common_dir, args)
+        try:
+            done = subprocess.run(
+                argv,
+                input=data,
+                env=self._env(lane_view),
+                cwd="/",
+                capture_output=True,
+                timeout=IMPORT_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise _refused(f"git {args[0]} took longer than {IMPORT_TIMEOUT_S:.0f}s") from None
+        except OSError as exc:
+            raise _refused(f"git {args[0]}: {exc.strerror}") from None
+        if done.returncode != 0:
+            lines = done.stderr.decode(errors="replace").strip().splitlines()
+            why = lines[0] if lines else f"exit status {done.returncode}"
+            raise _refused(f"git {args[0]}: {why}")
+        return done.stdout
+
+    def new_objects(self, head: str, base: str) -> list[str]:
+        """The ids reachable from ``head`` (not from ``base`` when the shared store has
+        it) that the shared store does not have."""
+        shared_base = self._missing([base]) == []
+        args = ["rev-list", "--objects", head, *(["--not", base] if shared_base else [])]
+        listed = self._git(args, lane_view=True)
+        ids = [line.split(b" ", 1)[0].decode() for line in listed.splitlines() if line]
+        return self._missing(list(dict.fromkeys(ids)))
+
+    def _missing(self, ids: list[str]) -> list[str]:
+        if not ids:
+            return []
+        data = "".join(f"{oid}\n" for oid in ids).encode()
+        out = self._git(["cat-file", "--batch-check=%(objectname)"], lane_view=False, data=data)
+        return [
+            line.split(b" ", 1)[0].decode()
+            for line in out.splitlines()
+            if line.endswith(b" missing")
+        ]
+
+    def check(self, ids: list[str]) -> int:
+        """Re-hash each of ``ids`` as the lane's store holds it; their total size.
+
+        Raises:
+            PanewardenError: ``object_invalid`` for one whose content does not hash to its
+                id (or is over the import bound).
+        """
+        if not ids:
+            return 0
+        data = "".join(f"{oid}\n" for oid in ids).encode()
+        out = self._git(["cat-file", "--batch"], lane_view=True, data=data)
+        total, at = 0, 0
+        for oid in ids:
+            header_end = out.index(b"\n", at)
+            fields = out[at:header_end].split(b" ")
+            if len(fields) != 3 or fields[0].decode() != oid:
+                raise _invalid(f"object {oid} cannot be read from the lane's store")
+            kind, size = fields[1], int(fields[2])
+            body = out[header_end + 1 : header_end + 1 + size]
+            at = header_end + 1 + size + 1
+            total += size
+            if total > MAX_IMPORT_BYTES:
+                raise _invalid(f"the lane's new objects are over {MAX_IMPORT_BYTES} bytes")
+            algorithm = hashlib.sha1 if len(oid) == 40 else hashlib.sha256
+            actual = algorithm(kind + b" " + str(size).encode() + b"\0" + body).hexdigest()
+            if actual != oid:
+                raise _invalid(f"object {oid} in the lane's store holds content of id {actual}")
+        return total
+
+    def import_objects(self, ids: list[str]) -> None:
+        """Pack ``ids`` from the lane's view and index them into the shared store
+        (``index-pack --strict``); then check each is there."""
+        if not ids:
+            return
+        data = "".join(f"{oid}\n" for oid in ids).encode()
+        pack = self._git(["pack-objects", "--stdout", "-q"], lane_view=True, data=data)
+        try:
+            self._git(["index-pack", "--stdin", "--strict"], lane_view=False, data=pack)
+        except PanewardenError as exc:
+            raise _invalid(f"the shared store refused the lane's objects: {exc.message}") from None
+        left = self._missing(ids)
+        if left:
+            raise _invalid(f"object {left[0]} did not reach the shared store")
+
+
+def verify_new(store: Store, head: str, base: str) -> list[str]:
+    """The lane's new objects, each re-hashed (see :meth:`Store.check`)."""
+    ids = store.new_objects(head, base)
+    store.check(ids)
+    return ids
+
+
+def import_new(store: Store, head: str, base: str) -> int:
+    """Verify and import every new object reachable from ``head``; how many."""
+    ids = verify_new(store, head, base)
+    store.import_objects(ids)
+    return len(ids)
+
+
+def _refused(message: str) -> PanewardenError:
+    return PanewardenError(ErrorCode.GIT_PRECONDITION, message[:MESSAGE_LIMIT])
+
+
+def _invalid(message: str) -> PanewardenError:
+    return PanewardenError(ErrorCode.OBJECT_INVALID, message[:MESSAGE_LIMIT])
