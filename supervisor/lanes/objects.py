@@ -16,19 +16,23 @@ once it is closed) every object reachable from the lane's head and not in the sh
 store is read back, re-hashed (an object whose content does not hash to its id is
 refused, ``object_invalid``), packed and indexed into the shared store by
 ``git index-pack --strict`` (which hashes again and runs Git's fsck checks: a tree naming
-``.git``, a broken link). The import is blocking work: call it off the loop.
+``.git``, a broken link). Its Git runs as the supervisor's managed helpers, with the
+fixed environment of :mod:`supervisor.lanes.git_command`, on the common dir alone (no
+worktree, no index: nothing there runs a filter or a hook).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
-import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.lanes import git_command
+from supervisor.workers.subprocesses import ChildRunner
 
 PRIVATE_DIR = "panewarden-objects"
 IMPORT_TIMEOUT_S = 120.0
@@ -101,6 +105,11 @@ def _quoted(path: str) -> str:
     return '"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+# Feeds a file to a Git command's stdin: the managed runner (safe from the supervisor's
+# leftover sweep) takes no more than a few KiB of stdin itself.
+STDIN_FROM_FILE = ("sh", "-c", 'exec "$@" <"$0"')
+
+
 @dataclass(frozen=True)
 class Store:
     """A lane's two object stores: the shared one (its common dir's) and its own."""
@@ -108,6 +117,7 @@ class Store:
     common_dir: str
     private: str
     environ: Mapping[str, str]
+    runner: ChildRunner
 
     def _env(self, lane_view: bool) -> dict[str, str]:
         env = git_command.environment(self.environ)
@@ -115,49 +125,58 @@ class Store:
             env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = _quoted(self.private)
         return env
 
-    def _git(self, args: Sequence[str], *, lane_view: bool, data: bytes = b"") -> bytes:
+    async def _git(
+        self, args: Sequence[str], *, lane_view: bool, data: bytes | None = None
+    ) -> bytes:
         argv = git_command.argv_for_git_dir(self.common_dir, args)
-        try:
-            done = subprocess.run(
-                argv,
-                input=data,
-                env=self._env(lane_view),
-                cwd="/",
-                capture_output=True,
-                timeout=IMPORT_TIMEOUT_S,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise _refused(f"git {args[0]} took longer than {IMPORT_TIMEOUT_S:.0f}s") from None
-        except OSError as exc:
-            raise _refused(f"git {args[0]}: {exc.strerror}") from None
+        with tempfile.TemporaryDirectory(prefix="pw-import-") as scratch:
+            if data is not None:
+                fed = os.path.join(scratch, "stdin")
+                await asyncio.to_thread(_write, fed, data)
+                argv = [*STDIN_FROM_FILE, fed, *argv]
+            try:
+                done = await self.runner(
+                    argv,
+                    cwd="/",
+                    env=self._env(lane_view),
+                    timeout_s=IMPORT_TIMEOUT_S,
+                    output_limit=MAX_IMPORT_BYTES * 2,
+                )
+            except PanewardenError as exc:
+                raise _refused(f"git {args[0]}: {exc.message}") from None
+        if done.timed_out:
+            raise _refused(f"git {args[0]} took longer than {IMPORT_TIMEOUT_S:.0f}s")
+        if done.truncated:
+            raise _invalid(f"git {args[0]}: the lane's new objects are too large to import")
         if done.returncode != 0:
             lines = done.stderr.decode(errors="replace").strip().splitlines()
             why = lines[0] if lines else f"exit status {done.returncode}"
             raise _refused(f"git {args[0]}: {why}")
         return done.stdout
 
-    def new_objects(self, head: str, base: str) -> list[str]:
+    async def new_objects(self, head: str, base: str) -> list[str]:
         """The ids reachable from ``head`` (not from ``base`` when the shared store has
         it) that the shared store does not have."""
-        shared_base = self._missing([base]) == []
+        shared_base = await self._missing([base]) == []
         args = ["rev-list", "--objects", head, *(["--not", base] if shared_base else [])]
-        listed = self._git(args, lane_view=True)
+        listed = await self._git(args, lane_view=True)
         ids = [line.split(b" ", 1)[0].decode() for line in listed.splitlines() if line]
-        return self._missing(list(dict.fromkeys(ids)))
+        return await self._missing(list(dict.fromkeys(ids)))
 
-    def _missing(self, ids: list[str]) -> list[str]:
+    async def _missing(self, ids: list[str]) -> list[str]:
         if not ids:
             return []
         data = "".join(f"{oid}\n" for oid in ids).encode()
-        out = self._git(["cat-file", "--batch-check=%(objectname)"], lane_view=False, data=data)
+        out = await self._git(
+            ["cat-file", "--batch-check=%(objectname)"], lane_view=False, data=data
+        )
         return [
             line.split(b" ", 1)[0].decode()
             for line in out.splitlines()
             if line.endswith(b" missing")
         ]
 
-    def check(self, ids: list[str]) -> int:
+    async def check(self, ids: list[str]) -> int:
         """Re-hash each of ``ids`` as the lane's store holds it; their total size.
 
         Raises:
@@ -167,52 +186,63 @@ class Store:
         if not ids:
             return 0
         data = "".join(f"{oid}\n" for oid in ids).encode()
-        out = self._git(["cat-file", "--batch"], lane_view=True, data=data)
-        total, at = 0, 0
-        for oid in ids:
-            header_end = out.index(b"\n", at)
-            fields = out[at:header_end].split(b" ")
-            if len(fields) != 3 or fields[0].decode() != oid:
-                raise _invalid(f"object {oid} cannot be read from the lane's store")
-            kind, size = fields[1], int(fields[2])
-            body = out[header_end + 1 : header_end + 1 + size]
-            at = header_end + 1 + size + 1
-            total += size
-            if total > MAX_IMPORT_BYTES:
-                raise _invalid(f"the lane's new objects are over {MAX_IMPORT_BYTES} bytes")
-            algorithm = hashlib.sha1 if len(oid) == 40 else hashlib.sha256
-            actual = algorithm(kind + b" " + str(size).encode() + b"\0" + body).hexdigest()
-            if actual != oid:
-                raise _invalid(f"object {oid} in the lane's store holds content of id {actual}")
-        return total
+        out = await self._git(["cat-file", "--batch"], lane_view=True, data=data)
+        return await asyncio.to_thread(_check_batch, ids, out)
 
-    def import_objects(self, ids: list[str]) -> None:
+    async def import_objects(self, ids: list[str]) -> None:
         """Pack ``ids`` from the lane's view and index them into the shared store
         (``index-pack --strict``); then check each is there."""
         if not ids:
             return
         data = "".join(f"{oid}\n" for oid in ids).encode()
-        pack = self._git(["pack-objects", "--stdout", "-q"], lane_view=True, data=data)
+        pack = await self._git(["pack-objects", "--stdout", "-q"], lane_view=True, data=data)
         try:
-            self._git(["index-pack", "--stdin", "--strict"], lane_view=False, data=pack)
+            await self._git(["index-pack", "--stdin", "--strict"], lane_view=False, data=pack)
         except PanewardenError as exc:
             raise _invalid(f"the shared store refused the lane's objects: {exc.message}") from None
-        left = self._missing(ids)
+        left = await self._missing(ids)
         if left:
             raise _invalid(f"object {left[0]} did not reach the shared store")
 
 
-def verify_new(store: Store, head: str, base: str) -> list[str]:
+def _write(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def _check_batch(ids: list[str], out: bytes) -> int:
+    """Re-hash ``cat-file --batch`` output for ``ids``; the total content size."""
+    total, at = 0, 0
+    for oid in ids:
+        header_end = out.find(b"\n", at)
+        fields = out[at:header_end].split(b" ") if header_end >= 0 else []
+        if len(fields) != 3 or fields[0].decode(errors="replace") != oid:
+            raise _invalid(f"object {oid} cannot be read from the lane's store")
+        kind, size = fields[1], int(fields[2])
+        body = out[header_end + 1 : header_end + 1 + size]
+        at = header_end + 1 + size + 1
+        total += size
+        if total > MAX_IMPORT_BYTES:
+            raise _invalid(f"the lane's new objects are over {MAX_IMPORT_BYTES} bytes")
+        algorithm = hashlib.sha1 if len(oid) == 40 else hashlib.sha256
+        actual = algorithm(kind + b" " + str(size).encode() + b"\0" + body).hexdigest()
+        if actual != oid:
+            raise _invalid(f"object {oid} in the lane's store holds content of id {actual}")
+    return total
+
+
+async def verify_new(store: Store, head: str, base: str) -> list[str]:
     """The lane's new objects, each re-hashed (see :meth:`Store.check`)."""
-    ids = store.new_objects(head, base)
-    store.check(ids)
+    ids = await store.new_objects(head, base)
+    await store.check(ids)
     return ids
 
 
-def import_new(store: Store, head: str, base: str) -> int:
+async def import_new(store: Store, head: str, base: str) -> int:
     """Verify and import every new object reachable from ``head``; how many."""
-    ids = verify_new(store, head, base)
-    store.import_objects(ids)
+    ids = await verify_new(store, head, base)
+    await store.import_objects(ids)
     return len(ids)
 
 

@@ -21,7 +21,9 @@ class LaneService:
         ctx = control.context
         self.reviewers = ReviewerLanes(ctx)
         self.adopted = AdoptedPanes(ctx)
-        self.writers = WriterLanes(ctx, self.git, lambda: panes.profiles, environ)
+        self.writers = WriterLanes(
+            ctx, self.git, lambda: panes.profiles, panes.children.run, environ
+        )
         self.verifications = Verifications(
             ctx, self.git, panes.children.run, environ, panes.confiner
         )

@@ -62,6 +62,7 @@ from supervisor.lanes.recipes import capture
 from supervisor.lanes.refs import BRANCH_PREFIX, branch_ref, protected_refs, short_branch
 from supervisor.lanes.scopes import first_overlap, normalise_scopes
 from supervisor.profiles.policy import ProfileSet
+from supervisor.workers.subprocesses import ChildRunner
 
 # States from which a release may (again) be asked for.
 RELEASABLE = frozenset({"active", "release_failed"})
@@ -122,14 +123,16 @@ class WriterLanes:
         ctx: ControlContext,
         git: Git,
         profiles: Callable[[], ProfileSet],
-        environ: Mapping[str, str] | None = None,
+        runner: ChildRunner,
+        environ: Mapping[str, str],
     ) -> None:
         self._ctx = ctx
         self._git = git
         # The profiles in force (a reload replaces them): allow_unconfined_writers.
         self._profiles = profiles
-        # The service's environment: PATH for the object import's Git.
-        self._environ = dict(os.environ if environ is None else environ)
+        # The object import's Git: the managed helpers, the service's PATH.
+        self._runner = runner
+        self._environ = dict(environ)
 
     def leases(self) -> list[PaneLease]:
         """Every writer lease, oldest first."""
@@ -304,7 +307,7 @@ class WriterLanes:
                 )
             store = self._store(terms, git_dir)
             # Refused while the pane still runs: a corrupt object closes nothing.
-            await asyncio.to_thread(objects.verify_new, store, head, terms.base_commit)
+            await objects.verify_new(store, head, terms.base_commit)
             released_terms = msgspec.structs.replace(
                 terms, release_head=head, release_status_sha256=status_sha256
             )
@@ -331,7 +334,7 @@ class WriterLanes:
             raise
         # The pane is gone: nothing changes its objects now. Verified again, imported.
         try:
-            count = await asyncio.to_thread(objects.import_new, store, head, terms.base_commit)
+            count = await objects.import_new(store, head, terms.base_commit)
         except PanewardenError as exc:
             self._ctx.leases.save(closed, state="release_failed", failure=exc.code.value)
             raise
@@ -342,7 +345,8 @@ class WriterLanes:
         )
 
     def _store(self, terms: WriterTerms, git_dir: str) -> objects.Store:
-        return objects.Store(terms.repository, objects.private_dir(git_dir), self._environ)
+        private = objects.private_dir(git_dir)
+        return objects.Store(terms.repository, private, self._environ, self._runner)
 
     # ------------------------------------------------------------ forced close
 

@@ -36,8 +36,8 @@ async def _panes_in(lanes: Lanes, worktree: Path) -> list[str]:
 
 async def test_a_plain_start_into_a_writers_worktree_is_refused(lanes: Lanes) -> None:
     repo = lanes.repo
-    wt = repo.worktree("wt-a", "lane-a")
-    lease = await lanes.start("writer", wt, "lane-a", ["src"])
+    wt = repo.worktree("wt-a", "lane-a/work")
+    lease = await lanes.start("writer", wt, "lane-a/work", ["src"])
     assert lease["state"] == "active"
     for cwd in (wt, wt / "src"):
         code = await _outcome(lanes, "start_pane", name="squatter", profile="demo", cwd=str(cwd))
