@@ -160,14 +160,14 @@ async def test_a_writer_cannot_replace_a_shared_object_nor_move_main_after_pack_
         lease = await lanes.start("alpha", wt, "alpha/work", ["src/a.py"], profile="probe")
         assert lease["confined"] is True
         seen = await probe.seen()
+        assert seen["replace_blob"] == "rc:30:", seen
+        for name in ("write_blob", "new_object", "loose_main", "packed_refs"):
+            assert seen[name] == EROFS, (name, seen)
+        for name in ("update_main", "pack_refs"):
+            assert seen[name].startswith("rc:128:") and "Read-only" in seen[name], (name, seen)
+        # The lane still commits on its own branch (its ref directory was made for it).
+        assert seen["commit"] == "rc:0:", seen
         released = await tools.call("writer_release", **await _release_args(lanes, lease, wt))
-    assert seen["replace_blob"] == "rc:30:", seen
-    for name in ("write_blob", "new_object", "loose_main", "packed_refs"):
-        assert seen[name] == EROFS, (name, seen)
-    for name in ("update_main", "pack_refs"):
-        assert seen[name].startswith("rc:128:") and "Read-only" in seen[name], (name, seen)
-    # The lane still commits on its own branch (its ref directory was made for it).
-    assert seen["commit"] == "rc:0:", seen
     assert released["state"] == "released" and released["imported_objects"] == 4
     # main is where it was, its blob is the one it was, and fsck finds nothing.
     assert git(repo.root, "rev-parse", "main") == repo.base
