@@ -8,6 +8,7 @@ lane that broke its own index is ended by ``writer_close``."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zlib
@@ -48,6 +49,8 @@ FORGE = (
     "    os.replace(path + '.forged', path)\n"
     "except OSError as exc: sys.exit(exc.errno)\n"
 )
+# The interpreter itself (a venv under /tmp is not in the recipe sandbox).
+PYTHON = os.path.realpath(sys.executable)
 PROBE_TEXT = "probe\n"  # what the probe's `write` writes
 
 
@@ -73,6 +76,12 @@ def _blob_id(text: str) -> str:
         check=True,
     )
     return done.stdout.decode().strip()
+
+
+def _host(argv: list[str]) -> int:
+    """Run ``argv`` on the host (outside any sandbox); its exit status."""
+    done = subprocess.run(argv, env=HOST_GIT_ENV, capture_output=True, timeout=30, check=False)
+    return done.returncode
 
 
 def _fsck(cwd: Path) -> subprocess.CompletedProcess[bytes]:
@@ -183,9 +192,8 @@ async def test_verify_runs_the_recipe_writer_start_recorded(
 ) -> None:
     repo = make_repo(tmp_path)
     wt = repo.worktree("wt-a", "alpha/work")
-    recipes = repo.common_dir.parent / ".panewarden" / "recipes.toml"
     blob = git(repo.root, "rev-parse", "main:.panewarden/recipes.toml")
-    forged = f'[recipes.tests]\nargv = ["{Path(sys.executable).resolve()}", "-c", "pass"]\n'
+    forged = f'[recipes.tests]\nargv = ["{PYTHON}", "-c", "pass"]\n'
     probe = Probe(tmp_path, state_dir)
     probe.plan(
         [
@@ -201,7 +209,7 @@ async def test_verify_runs_the_recipe_writer_start_recorded(
         seen = await probe.seen()
         # Whoever else might write the store (before this fix, the lane itself) forges
         # the base commit's recipe: verify runs what writer_start recorded all the same.
-        subprocess.run(_forge(_loose(repo, blob), forged), check=True, timeout=30)
+        assert _host(_forge(_loose(repo, blob), forged)) == 0
         assert git(repo.root, "show", "main:.panewarden/recipes.toml") == forged.strip()
         snap = await tools.call("verification_snapshot", lease_id=lease["lease_id"])
         record = await tools.call(
@@ -213,7 +221,6 @@ async def test_verify_runs_the_recipe_writer_start_recorded(
         )
     assert seen["forge_recipe"] == "rc:30:", seen
     assert record["state"] == "failed" and record["exit_code"] == 1, record
-    assert recipes.read_text() != forged
 
 
 async def test_a_release_imports_the_lanes_objects_verified_and_refuses_a_corrupt_one(
@@ -242,14 +249,7 @@ async def test_a_release_imports_the_lanes_objects_verified_and_refuses_a_corrup
         assert seen["commit"] == "rc:0:" and seen["corrupt"] == "rc:0:", seen
         commit = git(wt, "rev-parse", "alpha/work")
         # The commit is in the lane's private store, not in the shared one.
-        shared = subprocess.run(
-            ["git", "-C", str(repo.root), "cat-file", "-e", commit],
-            env=HOST_GIT_ENV,
-            capture_output=True,
-            timeout=30,
-            check=False,
-        )
-        assert shared.returncode != 0
+        assert _host(["git", "-C", str(repo.root), "cat-file", "-e", commit]) != 0
         args = await _release_args(lanes, lease, wt)
         refused = await tools.error("writer_release", **args)
         assert refused["code"] == "object_invalid", refused

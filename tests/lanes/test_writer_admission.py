@@ -124,8 +124,9 @@ async def test_an_independent_clone_and_a_worktree_with_a_pane_are_refused(lanes
 async def test_a_protected_branch_or_a_branch_named_by_its_full_ref_is_resolved(
     lanes: Lanes,
 ) -> None:
-    """``refs/heads/pb/work`` and ``heads/pb/work`` name branch ``pb/work``: as protected branches they
-    protect it, as ``branch`` they select it; both sides are compared as full refs."""
+    """``refs/heads/pb/work`` and ``heads/pb/work`` name branch ``pb/work``: as protected
+    branches they protect it, as ``branch`` they select it; both sides are compared as
+    full refs."""
     repo = lanes.repo
     wt = repo.worktree("wt-pb", "pb/work")
     for protected in (
