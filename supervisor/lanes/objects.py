@@ -11,10 +11,9 @@ The supervisor's own Git on the lane's worktree reads the private directory as a
 alternate *after* the shared store (:func:`read_env`): the shared copy of an id always
 wins.
 
-At ``writer_release`` (:func:`verify_new` while the pane still runs, :func:`import_new`
-once it is closed) every object reachable from the lane's head and not in the shared
-store is read back, re-hashed (an object whose content does not hash to its id is
-refused, ``object_invalid``), packed and indexed into the shared store by
+At ``writer_release`` (:func:`import_new`) every object reachable from the lane's head
+and not in the shared store is read back, re-hashed (an object whose content does not
+hash to its id is refused, ``object_invalid``), packed and indexed into the shared store by
 ``git index-pack --strict`` (which hashes again and runs Git's fsck checks: a tree naming
 ``.git``, a broken link). Its Git runs as the supervisor's managed helpers, with the
 fixed environment of :mod:`supervisor.lanes.git_command`, on the common dir alone (no

@@ -22,15 +22,14 @@ A failed start leaves ``failed_closed`` and no pane; a supervisor killed mid-sta
 leaves the lease retained, blocking conflicting writers until ``lease_reconcile`` ends it.
 
 ``release`` re-reads Git (HEAD and status digest must be the expected ones, else
-``git_precondition`` and the pane is untouched) and re-hashes the lane's new objects
-(those reachable from HEAD that the shared store lacks; one that does not hash to its
-id is ``object_invalid``, the pane untouched), then captures and closes the pane in one
-worker step at ``expected_seq``. Once the pane is gone (nothing can change its private
-object directory any more) the new objects are verified again and imported into the
-shared store (:mod:`supervisor.lanes.objects`); the lease becomes ``released`` with the
-release HEAD, status digest, the caller's checkpoint and the count imported, or
-``release_failed`` if the import is refused. The worktree and branch are left as they
-are.
+``git_precondition`` and the pane is untouched), then imports the lane's new objects
+(those reachable from HEAD that the shared store lacks, each re-hashed: one that does not
+hash to its id is ``object_invalid``, the pane untouched) into the shared store
+(:mod:`supervisor.lanes.objects`), then captures and closes the pane in one worker step
+at ``expected_seq``; the lease becomes ``released`` with the release HEAD, status digest,
+the caller's checkpoint and the count imported. A close refused after the import leaves
+the objects imported (verified, harmless) and the lane running. The worktree and branch
+are left as they are.
 
 ``close`` ends a lane by force, for a lane whose evidence cannot be read (an index it
 overwrote, a worktree it broke) or a release that cannot finish: under the controller
@@ -305,44 +304,37 @@ class WriterLanes:
                     f"the status digest is {status_sha256}, not the expected one; "
                     "the worktree changed since you looked"
                 )
+            # Imported while the pane still runs, so a refusal closes nothing and no crash
+            # can leave a released lane whose objects never arrived. The lane may change
+            # its store meanwhile: index-pack hashes what it is given, so a swapped object
+            # lands under its own id, never under the one checked (then `object_invalid`).
             store = self._store(terms, git_dir)
-            # Refused while the pane still runs: a corrupt object closes nothing.
-            await objects.verify_new(store, head, terms.base_commit)
+            count = await objects.import_new(store, head, terms.base_commit)
             released_terms = msgspec.structs.replace(
-                terms, release_head=head, release_status_sha256=status_sha256
+                terms,
+                release_head=head,
+                release_status_sha256=status_sha256,
+                imported_objects=count,
             )
             self._ctx.authority.check(identity, creds)  # still live after reading Git
             job = begin_close(
                 self._ctx.leases,
                 lease,
                 req.expected_seq,
-                "releasing",
+                "released",
                 interim="releasing",
                 checkpoint_ref=req.checkpoint_ref,
                 checkpoint_sha256=req.checkpoint_sha256,
                 writer=released_terms,
             )
         try:
-            closed = await finish_close(
-                self._ctx.leases, self._ctx.lifecycle, self._ctx.driver, job
-            )
+            return await finish_close(self._ctx.leases, self._ctx.lifecycle, self._ctx.driver, job)
         except PanewardenError as exc:
             current = self._ctx.leases.get("writer", lease.lease_id)
             if current.state == "releasing":
                 # The pane went away under the close: the release did not finish.
                 self._ctx.leases.save(current, state="release_failed", failure=exc.code.value)
             raise
-        # The pane is gone: nothing changes its objects now. Verified again, imported.
-        try:
-            count = await objects.import_new(store, head, terms.base_commit)
-        except PanewardenError as exc:
-            self._ctx.leases.save(closed, state="release_failed", failure=exc.code.value)
-            raise
-        return self._ctx.leases.save(
-            closed,
-            state="released",
-            writer=msgspec.structs.replace(released_terms, imported_objects=count),
-        )
 
     def _store(self, terms: WriterTerms, git_dir: str) -> objects.Store:
         private = objects.private_dir(git_dir)
