@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -195,13 +196,45 @@ class Store:
             return
         data = "".join(f"{oid}\n" for oid in ids).encode()
         pack = await self._git(["pack-objects", "--stdout", "-q"], lane_view=True, data=data)
+        # Indexed in a scratch dir of the common dir (read-only to the lane, on the same
+        # file system as objects/), and moved into objects/pack only once accepted: a
+        # refused pack leaves nothing behind in the shared store.
+        scratch = await asyncio.to_thread(
+            tempfile.mkdtemp, prefix="panewarden-import-", dir=self.common_dir
+        )
         try:
-            await self._git(["index-pack", "--stdin", "--strict"], lane_view=False, data=pack)
-        except PanewardenError as exc:
-            raise _invalid(f"the shared store refused the lane's objects: {exc.message}") from None
+            packed = os.path.join(scratch, "lane.pack")
+            await asyncio.to_thread(_write, packed, pack)
+            index = os.path.join(scratch, "lane.idx")
+            try:
+                out = await self._git(
+                    ["index-pack", "--strict", "-o", index, packed], lane_view=False
+                )
+            except PanewardenError as exc:
+                raise _invalid(
+                    f"the shared store refused the lane's objects: {exc.message}"
+                ) from None
+            name = out.decode(errors="replace").split()[-1] if out.split() else ""
+            await asyncio.to_thread(self._install, packed, index, name)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, scratch, True)
         left = await self._missing(ids)
         if left:
             raise _invalid(f"object {left[0]} did not reach the shared store")
+
+    def _install(self, packed: str, index: str, name: str) -> None:
+        """Move an accepted pack and its index into ``objects/pack`` (the pack first: Git
+        finds a pack by its index)."""
+        if not name or any(c not in "0123456789abcdef" for c in name):
+            raise _refused(f"git index-pack named the pack {name!r}")
+        target = os.path.join(self.common_dir, "objects", "pack", f"pack-{name}")
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            for source, suffix in ((packed, ".pack"), (index, ".idx")):
+                os.chmod(source, 0o444)
+                os.replace(source, target + suffix)
+        except OSError as exc:
+            raise _refused(f"cannot install the lane's pack: {exc.strerror}") from None
 
 
 def _write(path: str, data: bytes) -> None:

@@ -319,3 +319,37 @@ async def test_a_writer_that_broke_its_index_is_ended_by_writer_close(
         assert listed["state"] == "abandoned"
     # The branch and main are where they were.
     assert head(wt) == repo.base and git(repo.root, "rev-parse", "main") == repo.base
+
+
+async def test_a_lane_tree_naming_dot_git_is_refused_at_release(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    """Every object hashes right, yet Git's own checks refuse it: the import runs
+    ``index-pack --strict``, and nothing of the lane reaches the shared store."""
+    repo = make_repo(tmp_path)
+    wt = repo.worktree("wt-a", "alpha/work")
+    plant = (
+        "b=$(echo x | git hash-object -w --stdin) && "
+        't=$(printf "100644 blob %s\\t.git\\n" "$b" | git mktree) && '
+        'c=$(git commit-tree "$t" -p HEAD -m planted) && '
+        'git update-ref refs/heads/alpha/work "$c"'
+    )
+    probe = Probe(tmp_path, state_dir)
+    probe.plan([["plant", "run", {"argv": ["sh", "-c", plant], "env": LANE_GIT_ENV}]])
+    async with Client(probe.params) as client:
+        tools = Tools(client)
+        lanes = Lanes(tools, await acquire(tools), repo)
+        lease = await lanes.start("alpha", wt, "alpha/work", ["src/a.py"], profile="probe")
+        seen = await probe.seen()
+        assert seen["plant"] == "rc:0:", seen
+        planted = git(wt, "rev-parse", "alpha/work")
+        assert planted != repo.base
+        refused = await tools.error("writer_release", **await _release_args(lanes, lease, wt))
+        assert refused["code"] == "object_invalid", refused
+        (listed,) = (await tools.call("writer_list"))["leases"]
+        assert listed["state"] == "active"
+        assert "index-pack" in refused["message"], refused
+    # Nothing of it is in the shared store (the branch names it until a release).
+    assert _host(["git", "-C", str(repo.root), "cat-file", "-e", planted]) != 0
+    assert git(repo.root, "rev-parse", "main") == repo.base
+    assert sorted((repo.common_dir / "objects" / "pack").iterdir()) == []
