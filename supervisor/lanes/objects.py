@@ -8,7 +8,7 @@ An object already in the shared store can therefore never be replaced under its 
 nothing the lane wrote is seen by any other checkout before it is verified.
 
 The supervisor's own Git on the lane's worktree reads the private directory as an
-alternate *after* the shared store (:func:`read_env`): the shared copy of an id always
+alternate *after* the shared store (:func:`alternate_env`): the shared copy of an id always
 wins.
 
 At ``writer_release`` (:func:`import_new`) every object reachable from the lane's head
@@ -75,24 +75,10 @@ def pane_env(private: str, common_dir: str) -> tuple[tuple[str, str], ...]:
     )
 
 
-def read_env(directory: str) -> dict[str, str]:
-    """For the supervisor's Git at ``directory``: the lane's private objects as an
-    alternate when ``directory`` is a linked worktree that has them (else nothing).
-    The ``.git`` file is read, never followed as a link."""
-    dotgit = os.path.join(directory, ".git")
-    try:
-        if os.path.islink(dotgit) or not os.path.isfile(dotgit):
-            return {}
-        with open(dotgit, "rb") as handle:
-            text = handle.read(4096).decode(errors="replace")
-    except OSError:
-        return {}
-    if not text.startswith("gitdir: "):
-        return {}
-    git_dir = text[len("gitdir: ") :].strip()
-    if not os.path.isabs(git_dir):
-        git_dir = os.path.join(directory, git_dir)
-    path = private_dir(os.path.realpath(git_dir))
+def alternate_env(git_dir: str) -> dict[str, str]:
+    """For the supervisor's Git on the worktree whose (resolved) admin dir is
+    ``git_dir``: the lane's private objects as an alternate when it has them."""
+    path = private_dir(git_dir)
     if os.path.islink(path) or not os.path.isdir(path):
         return {}
     return {"GIT_ALTERNATE_OBJECT_DIRECTORIES": _quoted(path)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from supervisor.control.service import ControlService
+from supervisor.lanes import sandbox
 from supervisor.lanes.adopted import AdoptedPanes
 from supervisor.lanes.git import Git
 from supervisor.lanes.reviewer import ReviewerLanes
@@ -17,7 +18,12 @@ class LaneService:
         panes = control.panes
         environ = panes.config.environ
         # Git and Bubblewrap run as the pane core's managed helpers (safe from its sweep).
-        self.git = Git(panes.children.run, environ)
+        # Git on a lane's worktree runs in Bubblewrap where the host has it.
+        self.git = Git(
+            panes.children.run,
+            environ,
+            sandbox_of=lambda: sandbox.git_sandbox(panes.confiner, environ),
+        )
         ctx = control.context
         self.reviewers = ReviewerLanes(ctx)
         self.adopted = AdoptedPanes(ctx)

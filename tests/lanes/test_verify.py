@@ -182,8 +182,11 @@ async def test_a_worktree_changed_during_the_run_is_invalidated(lanes: Lanes) ->
 def _sandbox_running(wt: Path) -> bool:
     for proc in psutil.process_iter(["name", "cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        # A recipe's sandbox (its own session), not the writer pane's (also bwrap, in wt).
-        if proc.info["name"] == "bwrap" and str(wt) in cmdline and "--new-session" in cmdline:
+        # A recipe's sandbox (its own session, run in wt), not the writer pane's (also
+        # bwrap, in wt) nor one of the service's own Git commands (its own session, in /).
+        if proc.info["name"] != "bwrap" or "--new-session" not in cmdline:
+            continue
+        if "--chdir" in cmdline and cmdline[cmdline.index("--chdir") + 1] == str(wt):
             return True
     return False
 
