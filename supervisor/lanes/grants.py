@@ -4,10 +4,10 @@
 - A writer: its worktree read-only but for its owned scopes, and what ``git add`` and
   ``git commit`` on its own branch write, found with a real repository inside bwrap:
 
-  - its private object directory (:mod:`supervisor.lanes.objects`), inside its own
-    worktree admin dir ``<common dir>/worktrees/<id>`` (which also holds the index and its
-    lock, HEAD, ``logs/HEAD``, COMMIT_EDITMSG); the pane's ``GIT_OBJECT_DIRECTORY`` names
-    it. The shared ``objects/`` stays read-only: no object of the repository can be
+  - its own worktree admin dir ``<common dir>/worktrees/<id>`` (index and its lock,
+    HEAD, ``logs/HEAD``, COMMIT_EDITMSG), which holds its private object directory
+    (:mod:`supervisor.lanes.objects`): bound over ``<common dir>/objects`` inside, with
+    the shared store read-only within it, so no object of the repository can be
     replaced under its id;
   - its branch's ref directory and reflog directory: an update writes ``<ref>.lock``
     beside the ref and renames it over the ref, and appends to
@@ -97,7 +97,7 @@ def writer_grant(
         visible=(common_dir,),
         writable=tuple(dict.fromkeys(writable)),
         read_only=tuple(dict.fromkeys(read_only)),
-        env=objects.pane_env(private, common_dir),
+        moved=objects.mounts(private, common_dir),
     )
 
 

@@ -1,11 +1,14 @@
 """A writer's private object directory, and the verified import of its objects.
 
-A writer never writes the repository's shared object store: inside its sandbox the
-common dir, ``objects/`` included, is read-only, and its Git writes new objects to a
-directory of its own, ``<worktree admin dir>/panewarden-objects`` (``GIT_OBJECT_DIRECTORY``
-in the pane's environment, the shared store its ``GIT_ALTERNATE_OBJECT_DIRECTORIES``).
-An object already in the shared store can therefore never be replaced under its id, and
-nothing the lane wrote is seen by any other checkout before it is verified.
+A writer never writes the repository's shared object store. Inside its sandbox
+``<common dir>/objects`` is its own directory, ``<worktree admin dir>/panewarden-objects``
+(bound there writable), and the shared store is bound read-only inside it at
+``panewarden-shared``, which that directory's ``info/alternates`` names (a relative path,
+so it means the same inside and out). Git inside reads every object of the repository
+and writes new ones to the lane's directory; no variable is needed, so no other
+repository the agent uses is touched, and an object of the shared store can never be
+replaced under its id: it is not there to write. Nothing the lane wrote is seen by any
+other checkout before it is verified.
 
 The supervisor's own Git on the lane's worktree reads the private directory as an
 alternate *after* the shared store (:func:`alternate_env`): the shared copy of an id always
@@ -35,6 +38,8 @@ from supervisor.lanes import git_command
 from supervisor.workers.subprocesses import ChildRunner
 
 PRIVATE_DIR = "panewarden-objects"
+# Where the shared store is bound (read-only) inside the private dir, in the sandbox.
+SHARED_MOUNT = "panewarden-shared"
 IMPORT_TIMEOUT_S = 120.0
 # The bytes of new objects one release may import (their content, uncompressed).
 MAX_IMPORT_BYTES = 256 * 1024 * 1024
@@ -56,23 +61,27 @@ def prepare(git_dir: str) -> str:
     """
     path = private_dir(git_dir)
     try:
-        os.makedirs(os.path.join(path, "info"), mode=0o755, exist_ok=True)
-        os.makedirs(os.path.join(path, "pack"), mode=0o755, exist_ok=True)
+        for part in ("info", "pack", SHARED_MOUNT):
+            os.makedirs(os.path.join(path, part), mode=0o755, exist_ok=True)
+        if os.path.islink(path) or not os.path.isdir(path):
+            raise PanewardenError(ErrorCode.GIT_PRECONDITION, f"{path} is not a directory")
+        # Written anew each start: the last lane may have rewritten it.
+        alternates = os.path.join(path, "info", "alternates")
+        with open(alternates + ".tmp", "w") as handle:
+            handle.write(SHARED_MOUNT + "\n")
+        os.replace(alternates + ".tmp", alternates)
     except OSError as exc:
         raise PanewardenError(
             ErrorCode.GIT_PRECONDITION, f"cannot make {path}: {exc.strerror}"
         ) from None
-    if os.path.islink(path) or not os.path.isdir(path):
-        raise PanewardenError(ErrorCode.GIT_PRECONDITION, f"{path} is not a directory")
     return path
 
 
-def pane_env(private: str, common_dir: str) -> tuple[tuple[str, str], ...]:
-    """The variables a writer's pane runs with: new objects go to ``private``."""
-    return (
-        ("GIT_OBJECT_DIRECTORY", private),
-        ("GIT_ALTERNATE_OBJECT_DIRECTORIES", _quoted(os.path.join(common_dir, "objects"))),
-    )
+def mounts(private: str, common_dir: str) -> tuple[tuple[str, str, bool], ...]:
+    """The sandbox binds of a writer: its private dir over the shared store, then the
+    shared store read-only inside it."""
+    shared = os.path.join(common_dir, "objects")
+    return ((private, shared, True), (shared, os.path.join(shared, SHARED_MOUNT), False))
 
 
 def alternate_env(git_dir: str) -> dict[str, str]:

@@ -143,12 +143,7 @@ class PaneLifecycle:
                     argv=list(spec.argv) if sandbox is None else sandbox.argv,
                     cwd=spec.cwd,
                     # The sandbox's variables last: its ctl socket is the one inside.
-                    env={
-                        **spec.env,
-                        **self._pane_env,
-                        **dict(grant.env if grant else ()),
-                        **(sandbox.env if sandbox else {}),
-                    },
+                    env={**spec.env, **self._pane_env, **(sandbox.env if sandbox else {})},
                     cols=spec.cols,
                     rows=spec.rows,
                     orphan_grace_s=self._config.orphan_grace_s,

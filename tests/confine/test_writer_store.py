@@ -45,6 +45,7 @@ FORGE = (
     "path, data = sys.argv[1], sys.argv[2].encode()\n"
     "body = b'blob %d\\0' % len(data) + data\n"
     "try:\n"
+    "    os.makedirs(os.path.dirname(path), exist_ok=True)\n"
     "    with open(path + '.forged', 'wb') as handle: handle.write(zlib.compress(body))\n"
     "    os.replace(path + '.forged', path)\n"
     "except OSError as exc: sys.exit(exc.errno)\n"
@@ -64,6 +65,11 @@ def _forge(path: Path, text: str) -> list[str]:
 
 def _loose(repo: Repo, oid: str) -> Path:
     return repo.common_dir / "objects" / oid[:2] / oid[2:]
+
+
+def _shared_inside(repo: Repo, oid: str) -> Path:
+    """Where a writer's sandbox shows the shared store's loose object ``oid``."""
+    return repo.common_dir / "objects" / "panewarden-shared" / oid[:2] / oid[2:]
 
 
 def _blob_id(text: str) -> str:
@@ -152,9 +158,12 @@ async def test_a_writer_cannot_replace_a_shared_object_nor_move_main_after_pack_
     probe = Probe(tmp_path, state_dir)
     probe.plan(
         [
-            ["replace_blob", "run", _forge(_loose(repo, blob), "def answer():\n    return 0\n")],
-            ["write_blob", "write", str(_loose(repo, blob))],
-            ["new_object", "write", str(_loose(repo, blob).parent / ("0" * 38))],
+            # The shared store, as the sandbox shows it: read-only.
+            ["replace_shared", "run", _forge(_shared_inside(repo, blob), "def answer(): 0\n")],
+            ["write_shared", "write", str(_shared_inside(repo, blob))],
+            ["new_shared", "write", str(_shared_inside(repo, blob).parent / ("0" * 38))],
+            # Where the store is on the host: the lane's own directory inside.
+            ["replace_blob", "run", _forge(_loose(repo, blob), "def answer(): 0\n")],
             ["loose_main", "write", str(common / "refs" / "heads" / "main")],
             ["update_main", "run", _git("update-ref", "refs/heads/main", "HEAD")],
             ["packed_refs", "write", str(common / "packed-refs")],
@@ -169,8 +178,9 @@ async def test_a_writer_cannot_replace_a_shared_object_nor_move_main_after_pack_
         lease = await lanes.start("alpha", wt, "alpha/work", ["src/a.py"], profile="probe")
         assert lease["confined"] is True
         seen = await probe.seen()
-        assert seen["replace_blob"] == "rc:30:", seen
-        for name in ("write_blob", "new_object", "loose_main", "packed_refs"):
+        assert seen["replace_shared"] == "rc:30:", seen
+        assert seen["replace_blob"] == "rc:0:", seen  # into the lane's private store
+        for name in ("write_shared", "new_shared", "loose_main", "packed_refs"):
             assert seen[name] == EROFS, (name, seen)
         for name in ("update_main", "pack_refs"):
             assert seen[name].startswith("rc:128:") and "Read-only" in seen[name], (name, seen)
@@ -199,7 +209,7 @@ async def test_verify_runs_the_recipe_writer_start_recorded(
         [
             # Breaks the tests: src/a.py no longer defines answer().
             ["edit", "write", str(wt / "src" / "a.py")],
-            ["forge_recipe", "run", _forge(_loose(repo, blob), forged)],
+            ["forge_recipe", "run", _forge(_shared_inside(repo, blob), forged)],
         ]
     )
     async with Client(probe.params) as client:
@@ -219,8 +229,8 @@ async def test_verify_runs_the_recipe_writer_start_recorded(
             expected_worktree_sha256=snap["worktree_sha256"],
             recipe="tests",
         )
-    assert seen["forge_recipe"] == "rc:30:", seen
     assert record["state"] == "failed" and record["exit_code"] == 1, record
+    assert seen["forge_recipe"] == "rc:30:", seen
 
 
 async def test_a_release_imports_the_lanes_objects_verified_and_refuses_a_corrupt_one(
