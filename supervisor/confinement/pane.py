@@ -61,12 +61,15 @@ class LaneGrant:
     """What a lane changes in its pane's sandbox: a reviewer's worktree is read-only; a
     writer's is read-only but for ``writable`` (its scopes, the Git paths a commit on its
     own branch writes), with ``read_only`` bound again inside those. ``visible``: paths
-    it must see read-only even under ``/tmp`` (a worktree's Git common dir)."""
+    it must see read-only even under ``/tmp`` (a worktree's Git common dir). ``moved``:
+    (host path, path inside, writable) binds made after those, in order (a writer's
+    private object dir over the shared store, the shared store read-only inside it)."""
 
     cwd_writable: bool = True
     visible: tuple[str, ...] = ()
     writable: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
+    moved: tuple[tuple[str, str, bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,7 @@ class PaneConfiner:
             env=overrides,
             tmp_dirs=(INSIDE_DIR,),
             files=tuple(extra_ro),
+            moved=grant.moved,
             launcher=tuple(launcher),
             private_files=tuple(private_files),
         )

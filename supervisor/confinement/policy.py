@@ -74,6 +74,10 @@ class SandboxPolicy:
     # (host file, path inside): files bound read-only over the host's (a pane's
     # /etc/hosts).
     files: tuple[tuple[str, str], ...] = ()
+    # (host path, path inside, writable): directories bound elsewhere than their host
+    # path, in this order, after ``read_only`` (a writer's private object dir over the
+    # shared one, the shared one read-only inside it).
+    moved: tuple[tuple[str, str, bool], ...] = ()
     # Run inside before the program (the egress forwarder, which execs it).
     launcher: tuple[str, ...] = ()
     # (host file, path inside): a private copy bound read-write over a file, after the
@@ -132,6 +136,8 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
         args += ["--ro-bind", path, path]
     for host_path, inside in policy.private_files:
         args += ["--bind", host_path, inside]
+    for host_path, inside, rw in policy.moved:
+        args += ["--bind" if rw else "--ro-bind", host_path, inside]
     args += hidden_mounts(real_paths(policy.hidden), policy.unreadable_file)
     for host_path, inside in policy.files:
         args += ["--ro-bind", host_path, inside]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.confinement.policy import bwrap_argv
-from supervisor.lanes import git_command, git_dirs, sandbox
+from supervisor.lanes import git_command, git_dirs, objects, sandbox
 from supervisor.lanes.git_dirs import GitDirs
 from supervisor.lanes.refs import short_branch
 from supervisor.workers.subprocesses import ChildResult, ChildRunner
@@ -172,6 +172,8 @@ class Git:
         writable: str | None = None,
     ) -> ChildResult:
         argv = git_command.argv(directory, args)
+        # A writer lane's own objects, read after the shared store's (lanes.objects).
+        env = {**env, **objects.alternate_env(dirs.git_dir)}
         what = f"{args[0]} in {directory}"
         return await self._spawn(argv, env, dirs, limit, ok, what, writable)
 

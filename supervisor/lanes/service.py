@@ -30,7 +30,9 @@ class LaneService:
         self.starters.watch()
         self.reviewers = ReviewerLanes(ctx, self.starters.end_if_gone)
         self.adopted = AdoptedPanes(ctx)
-        self.writers = WriterLanes(ctx, self.git, lambda: panes.profiles)
+        self.writers = WriterLanes(
+            ctx, self.git, lambda: panes.profiles, panes.children.run, environ
+        )
         self.verifications = Verifications(
             ctx, self.git, panes.children.run, environ, panes.confiner
         )

@@ -45,7 +45,7 @@ from supervisor.control.stores import VerificationRecord
 from supervisor.lanes import sandbox
 from supervisor.lanes.closing import BUSY_STATES
 from supervisor.lanes.git import Git
-from supervisor.lanes.recipes import Recipe, recipe_at_base, recipe_writable
+from supervisor.lanes.recipes import Recipe, recipe_captured, recipe_writable
 from supervisor.lanes.worktree_digest import WorktreeDigest, worktree_digest
 from supervisor.workers.subprocesses import ChildRunner
 
@@ -204,7 +204,7 @@ class Verifications:
         terms: WriterTerms,
         req: VerifyRequest,
     ) -> VerificationRecord:
-        recipe = await recipe_at_base(self._git, terms.worktree, terms.base_commit, req.recipe)
+        recipe = recipe_captured(terms, req.recipe)
         # The host check made at service start, the one that decides whether panes are
         # confined: one answer to "can this host build the sandbox".
         support = self._confiner.support

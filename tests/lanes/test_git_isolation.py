@@ -205,13 +205,13 @@ async def test_no_writer_or_verification_tool_runs_a_repository_program(lanes: L
     """writer_start, verification_snapshot, verify and writer_release on a hostile repository:
     not one marker, and every index byte-identical with the same mtime after each."""
     repo = lanes.repo
-    wt = repo.worktree("wt-a", "lane-a")
+    wt = repo.worktree("wt-a", "lane-a/work")
     hostile = make_hostile(repo, wt)
     (wt / "src" / "a.py").write_text("def answer() -> int:\n    return 43\n")
     (wt / "notes.txt").write_text("untracked\n")
     _live(hostile, wt, repo.base)
     # The evidence, as the coordinator's shell reads it (running the programs).
-    args = lanes.writer_args("alpha", wt, "lane-a", ["src"])
+    args = lanes.writer_args("alpha", wt, "lane-a/work", ["src"])
     hostile.log.unlink(missing_ok=True)
     hostile.touch(wt)
     before = hostile.fingerprint()
