@@ -32,10 +32,13 @@ from pathlib import Path
 from protocol.agents.table import SPECS
 from protocol.egress import Destination, forwarder_argv, hosts_file
 from protocol.errors import ErrorCode, PanewardenError
+from protocol.limits import ProgramLimits
 from supervisor.confinement.host import HostSupport
 from supervisor.confinement.policy import SandboxPolicy, bwrap_argv, under, worth_hiding
+from supervisor.confinement.programs import tmp_program_paths
 from supervisor.confinement.secrets import hidden_paths, home_path
 from supervisor.profiles.confinement import ConfineChoice, ConfineSettings
+from supervisor.profiles.limits import PaneLimits
 
 INSIDE_DIR = "/tmp/.panewarden"
 INSIDE_CTL = f"{INSIDE_DIR}/ctl.sock"
@@ -66,6 +69,8 @@ class PaneSandbox:
     pane_dir: str
     egress: list[Destination]
     egress_socket: str
+    # What its worker applies before the sandbox's exec (paneworker.procs.confined_child).
+    limits: ProgramLimits = field(default_factory=ProgramLimits)
 
 
 class PaneConfiner:
@@ -138,6 +143,7 @@ class PaneConfiner:
         settings: ConfineSettings,
         other_cwds: Sequence[str],
         grant: LaneGrant = LaneGrant(),
+        limits: PaneLimits | None = None,
     ) -> PaneSandbox:
         """The sandbox of pane ``name`` (blocking file work: call it off the loop).
 
@@ -148,6 +154,7 @@ class PaneConfiner:
         bwrap = self.support.bwrap
         assert bwrap is not None, "build() only after confined() said yes"
         home = env.get("HOME") or "/"
+        limits = limits or PaneLimits()
         unreadable = self.unreadable_file()
         pane_dir = self._pane_dir(name)
         writable = _home_writable(agent, home)
@@ -161,6 +168,7 @@ class PaneConfiner:
         cwd_binds = [cwd] if grant.cwd_writable else []
         writable = [*cwd_binds, *grant.writable, *writable]
         candidates = (home, cwd, *grant.visible, *_install_paths(), *_argv_paths(argv))
+        candidates += tuple(tmp_program_paths(argv, env))
         visible = [path for path in candidates if under(path, ["/tmp"])]
         if not grant.cwd_writable and cwd not in visible:
             visible.append(cwd)
@@ -203,9 +211,14 @@ class PaneConfiner:
             tmp_dirs=(INSIDE_DIR,),
             files=tuple(extra_ro),
             launcher=tuple(launcher),
+            isolate_user=self.support.isolate_user,
+            tmp_bytes=limits.tmp_bytes,
+            shm_bytes=limits.shm_bytes,
+            runtime_dirs=_runtime_dirs(),
         )
         sandbox_argv = bwrap_argv(bwrap, policy, list(argv))
-        return PaneSandbox(sandbox_argv, overrides, pane_dir, egress, egress_socket)
+        bounds = ProgramLimits(processes=limits.processes, memory_bytes=limits.memory_bytes)
+        return PaneSandbox(sandbox_argv, overrides, pane_dir, egress, egress_socket, bounds)
 
     def forget(self, pane_dir: str) -> None:
         """Remove a pane's own files (it was removed, or its start failed)."""
@@ -255,6 +268,12 @@ def _argv_paths(argv: Sequence[str]) -> list[str]:
     """Existing absolute paths named by argv (a program or script under /tmp stays
     visible read-only)."""
     return [arg for arg in argv if os.path.isabs(arg) and os.path.exists(arg)]
+
+
+def _runtime_dirs() -> tuple[str, ...]:
+    """The service's session runtime directory (its session bus, agents' sockets)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    return (runtime,) if os.path.isabs(runtime) else ()
 
 
 def _write_text(path: str, text: str) -> None:

@@ -1,0 +1,88 @@
+"""The host's Unix sockets a sandboxed program must not reach.
+
+``--ro-bind / /`` leaves every socket file outside the private ``/tmp`` connectable (a
+read-only mount does not stop ``connect``): the session bus (``systemd-run --user`` runs
+anything outside), container engines' sockets, gpg and ssh agents, the system bus. Two
+sources, both hidden by the builder (``policy.bwrap_argv``):
+
+- the runtime directories where such sockets live (``RUNTIME_DIRS`` and the service's
+  ``XDG_RUNTIME_DIR``), whole, so a socket bound there after the sandbox was built is
+  not reachable either; one that holds a path the sandbox shows is not hidden whole;
+- every socket path the host has bound (``/proc/net/unix``, read at each build: the
+  kernel's list, so a socket anywhere else is found too), but those under ``KEPT``.
+
+A socket under the private ``/tmp`` is gone already (unless bound again there).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+
+UNIX_TABLE = "/proc/net/unix"
+RUNTIME_DIRS = (
+    "/run/user",
+    "/run/dbus",
+    "/run/docker",
+    "/run/docker.sock",
+    "/run/podman",
+    "/run/containerd",
+    "/run/crio",
+    "/run/snapd.socket",
+    "/run/snapd-snap.socket",
+    "/run/libvirt",
+    "/run/lxd",
+    "/run/incus",
+)
+# Sockets a program needs and that run nothing for it: name resolution through
+# systemd-resolved's varlink socket (nss-resolve).
+KEPT = ("/run/systemd/resolve",)
+# /proc/net/unix columns: Num RefCount Protocol Flags Type St Inode [Path].
+_PATH_COLUMN = 7
+
+
+def bound_sockets(table: str = UNIX_TABLE) -> list[str]:
+    """The filesystem paths of the Unix sockets bound in this network namespace (abstract
+    and unnamed ones have none), once each, that still exist as sockets."""
+    try:
+        with open(table, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()[1:]
+    except OSError:
+        return []
+    paths: dict[str, None] = {}
+    for line in lines:
+        fields = line.split(maxsplit=_PATH_COLUMN)
+        if len(fields) > _PATH_COLUMN and fields[_PATH_COLUMN].startswith("/"):
+            paths[fields[_PATH_COLUMN]] = None
+    return [path for path in paths if _is_socket(path)]
+
+
+def socket_hiding(runtime_dirs: Sequence[str], shown: Sequence[str]) -> list[str]:
+    """What to hide: the runtime directories that exist and hold none of ``shown``, and
+    every bound socket outside ``KEPT`` (resolved paths; the caller drops those the
+    private ``/tmp`` hides already)."""
+    dirs = [os.path.realpath(path) for path in (*RUNTIME_DIRS, *runtime_dirs) if path]
+    whole = [
+        path
+        for path in dict.fromkeys(dirs)
+        if os.path.lexists(path) and not any(_inside(shown_path, path) for shown_path in shown)
+    ]
+    sockets = [
+        real
+        for real in (os.path.realpath(path) for path in bound_sockets())
+        if not any(_inside(real, kept) for kept in KEPT)
+        and not any(_inside(real, path) for path in whole)
+    ]
+    return [*whole, *dict.fromkeys(sockets)]
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
