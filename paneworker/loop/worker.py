@@ -28,7 +28,7 @@ from paneworker.acp.session import AcpSession
 from paneworker.confine.egress_proxy import EgressProxy, start_egress
 from paneworker.loop.link import SupervisorLink
 from paneworker.loop.pacing import ScanPacer
-from paneworker.procs.confined_child import PidsCgroup, child_setup
+from paneworker.procs.confined_child import child_setup
 from paneworker.procs.oscalls import OsCalls
 from paneworker.procs.program import Program
 from paneworker.procs.reaper import Reaper
@@ -39,6 +39,7 @@ from paneworker.screen.state import ScreenState
 from paneworker.status.screen_rules import RuleSet, load_rules
 from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
+from protocol.limits import PidsCgroup
 from protocol.messages import Descendants, Exited, Heartbeat, Hello
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from ptyprocess import PtyProcess
 
-from paneworker.procs.confined_child import PidsCgroup, child_setup
-from protocol.limits import ProgramLimits
+from paneworker.procs.confined_child import child_setup
+from protocol.limits import PidsCgroup, ProgramLimits
 
 READ_CHUNK = 65536
 TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP)
