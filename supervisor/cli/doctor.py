@@ -86,7 +86,11 @@ def _limits() -> tuple[str, bool, str]:
             "enforced (memory_mb and tmp_mb are)",
         )
     group.remove()
-    return "limits", True, f"a pane's processes are bounded by a pids cgroup ({group.path})"
+    return (
+        "limits",
+        True,
+        f"a pane's processes are bounded by a pids cgroup (below {os.path.dirname(group.path)})",
+    )
 
 
 def _sandbox(support: HostSupport) -> tuple[str, bool, str]:

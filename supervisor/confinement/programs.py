@@ -5,13 +5,15 @@ npm prefix, a venv) would find only what argv names bound again, not its package
 nor the interpreter its ``#!`` line names: it failed with "No such file or directory".
 Made visible read-only instead of refused (the operator chose where it is installed):
 
-- for argv's program (found on the pane's ``PATH`` when bare) and every existing absolute
-  argv entry, as written and resolved: its top directory under ``/tmp`` (``/tmp/prefix``
-  for ``/tmp/prefix/bin/tool``; a file directly in ``/tmp`` alone);
-- the same for the interpreter of a script's ``#!`` line (and for ``env NAME``'s NAME);
+- for argv's program (found on the pane's ``PATH`` when bare), as written and resolved,
+  and for the interpreter of a script's ``#!`` line (and ``env NAME``'s NAME): its
+  installation's tree, the directory above ``bin/`` or ``sbin/`` when it lies in one
+  (``/tmp/prefix`` for ``/tmp/prefix/bin/tool``, a venv for its ``bin/python``), else
+  its own directory;
 - every value of the pane's environment (each ``:``-separated part) naming an existing
-  file or directory under ``/tmp``, likewise (``PATH=/tmp/prefix/bin:…``, a config file
-  a variable names). ``/tmp`` itself and sockets are never made visible.
+  file or directory under ``/tmp``: that path (a ``bin`` directory: the one above it, so
+  ``PATH=/tmp/prefix/bin:…`` shows the prefix). ``/tmp`` itself and sockets are never
+  made visible.
 
 Hidden paths stay hidden (they are mounted last), so nothing of the service's or the
 user's keys is shown through this.
@@ -22,10 +24,11 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 TMP = "/tmp"
 SHEBANG_LIMIT = 256
+BIN_DIRS = frozenset({"bin", "sbin"})
 
 
 def tmp_program_paths(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
@@ -35,25 +38,28 @@ def tmp_program_paths(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
     if argv:
         found = argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0], path=search)
         if found:
-            programs.append(found)
-    programs += [arg for arg in argv[1:] if os.path.isabs(arg) and os.path.exists(arg)]
-    for program in list(programs):
-        programs += _interpreters(program, search)
+            programs += [found, *_interpreters(found, search)]
+    trees = [
+        _tree(os.path.dirname(candidate))
+        for program in programs
+        for candidate in (os.path.normpath(program), os.path.realpath(program))
+    ]
     named = [
-        part
+        _tree(os.path.normpath(part))
         for value in env.values()
         for part in value.split(":")
         if os.path.isabs(part) and _file_or_dir(part)
     ]
-    return list(dict.fromkeys(top for path in [*programs, *named] for top in _tops(path)))
+    return [path for path in dict.fromkeys([*trees, *named]) if _under_tmp(path)]
 
 
-def _tops(path: str) -> Iterable[str]:
-    """The top directories under /tmp of ``path`` as written and resolved."""
-    for candidate in (os.path.normpath(path), os.path.realpath(path)):
-        parts = candidate.split("/")
-        if len(parts) > 2 and parts[1] == TMP.strip("/") and parts[2]:
-            yield "/".join(parts[:3])
+def _tree(path: str) -> str:
+    """The installation ``path`` belongs to: the directory above a ``bin``/``sbin``."""
+    return os.path.dirname(path) if os.path.basename(path) in BIN_DIRS else path
+
+
+def _under_tmp(path: str) -> bool:
+    return path.startswith(TMP + "/") and path != TMP
 
 
 def _interpreters(program: str, search: str) -> list[str]:

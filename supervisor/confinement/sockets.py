@@ -9,7 +9,10 @@ sources, both hidden by the builder (``policy.bwrap_argv``):
   ``XDG_RUNTIME_DIR``), whole, so a socket bound there after the sandbox was built is
   not reachable either; one that holds a path the sandbox shows is not hidden whole;
 - every socket path the host has bound (``/proc/net/unix``, read at each build: the
-  kernel's list, so a socket anywhere else is found too), but those under ``KEPT``.
+  kernel's list, so a socket anywhere else is found too), but those under ``KEPT`` and
+  those bound less than ``SETTLED_S`` ago: bwrap must make a mount point for each, and
+  one that is gone by then (a short-lived socket, its directory removed with it) would
+  fail the pane's start. A socket too young to be hidden this time is the next start's.
 
 A socket under the private ``/tmp`` is gone already (unless bound again there).
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Sequence
 
 UNIX_TABLE = "/proc/net/unix"
@@ -38,6 +42,7 @@ RUNTIME_DIRS = (
 # Sockets a program needs and that run nothing for it: name resolution through
 # systemd-resolved's varlink socket (nss-resolve).
 KEPT = ("/run/systemd/resolve",)
+SETTLED_S = 2.0
 # /proc/net/unix columns: Num RefCount Protocol Flags Type St Inode [Path].
 _PATH_COLUMN = 7
 
@@ -55,7 +60,8 @@ def bound_sockets(table: str = UNIX_TABLE) -> list[str]:
         fields = line.split(maxsplit=_PATH_COLUMN)
         if len(fields) > _PATH_COLUMN and fields[_PATH_COLUMN].startswith("/"):
             paths[fields[_PATH_COLUMN]] = None
-    return [path for path in paths if _is_socket(path)]
+    settled = time.time() - SETTLED_S
+    return [path for path in paths if _settled_socket(path, settled)]
 
 
 def socket_hiding(runtime_dirs: Sequence[str], shown: Sequence[str]) -> list[str]:
@@ -77,11 +83,12 @@ def socket_hiding(runtime_dirs: Sequence[str], shown: Sequence[str]) -> list[str
     return [*whole, *dict.fromkeys(sockets)]
 
 
-def _is_socket(path: str) -> bool:
+def _settled_socket(path: str, before: float) -> bool:
     try:
-        return stat.S_ISSOCK(os.stat(path).st_mode)
+        done = os.stat(path)
     except OSError:
         return False
+    return stat.S_ISSOCK(done.st_mode) and done.st_ctime < before
 
 
 def _inside(path: str, root: str) -> bool:

@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 from mcp.client.client import Client
 
+from supervisor.confinement.sockets import SETTLED_S
 from tests.conftest import REPO, Tools, stdio_params
 from tests.polling import apoll
 
@@ -163,6 +165,9 @@ async def test_no_host_unix_socket_is_reachable(host: Host, listener: list[str])
     """Item 7: ``--ro-bind / /`` left every socket outside /tmp connectable (the session
     bus runs anything through ``systemd-run --user``), even with ``network: "none"``."""
     bus, agent = listener
+    # A socket bound this instant is left to the next start (it may be gone before bwrap
+    # mounts over it): wait until the agent's has settled.
+    assert await apoll(lambda: time.time() - os.stat(agent).st_ctime > SETTLED_S, 10)
     checks = {
         "bus": ["connect_unix", bus],
         "agent": ["connect_unix", agent],
