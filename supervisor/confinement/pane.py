@@ -12,6 +12,10 @@ What the program sees (``docs/operations.md``, "Confined panes"):
   worker and ctl sockets, token, clients, profiles, audit);
 - other panes' cwds read-only where they lie inside a writable path;
 - only its own ctl socket, bound at ``/tmp/.panewarden/ctl.sock``;
+- host Unix sockets and runtime directories hidden, ``/proc`` read-only but for its own
+  processes, its own user namespace without nested ones (``policy``); a program of its
+  installed under ``/tmp`` visible with its tree (``programs``); its ``limits`` (a bounded
+  ``/tmp`` here, the rest applied by its worker);
 - its own PID namespace; no network of its own with ``network: "none"`` or a list (then
   the worker's egress proxy, over ``/tmp/.panewarden/egress.sock``, with the list's hosts
   in its ``/etc/hosts``).
