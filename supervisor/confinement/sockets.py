@@ -13,6 +13,9 @@ sources, both hidden by the builder (``policy.bwrap_argv``):
   those bound less than ``SETTLED_S`` ago: bwrap must make a mount point for each, and
   one that is gone by then (a short-lived socket, its directory removed with it) would
   fail the pane's start. A socket too young to be hidden this time is the next start's.
+  A socket under a panewarden runtime base (a path component ``panewarden`` or
+  ``panewarden-<uid>``: any service's, whose directories come and go with its starts
+  and stops) hides that base whole instead, which stays.
 
 A socket under the private ``/tmp`` is gone already (unless bound again there).
 """
@@ -43,13 +46,14 @@ RUNTIME_DIRS = (
 # systemd-resolved's varlink socket (nss-resolve).
 KEPT = ("/run/systemd/resolve",)
 SETTLED_S = 2.0
+SERVICE_BASE = "panewarden"
 # /proc/net/unix columns: Num RefCount Protocol Flags Type St Inode [Path].
 _PATH_COLUMN = 7
 
 
 def bound_sockets(table: str = UNIX_TABLE) -> list[str]:
     """The filesystem paths of the Unix sockets bound in this network namespace (abstract
-    and unnamed ones have none), once each, that still exist as sockets."""
+    and unnamed ones have none), once each."""
     try:
         with open(table, encoding="utf-8", errors="replace") as handle:
             lines = handle.read().splitlines()[1:]
@@ -60,8 +64,7 @@ def bound_sockets(table: str = UNIX_TABLE) -> list[str]:
         fields = line.split(maxsplit=_PATH_COLUMN)
         if len(fields) > _PATH_COLUMN and fields[_PATH_COLUMN].startswith("/"):
             paths[fields[_PATH_COLUMN]] = None
-    settled = time.time() - SETTLED_S
-    return [path for path in paths if _settled_socket(path, settled)]
+    return list(paths)
 
 
 def socket_hiding(runtime_dirs: Sequence[str], shown: Sequence[str]) -> list[str]:
@@ -74,13 +77,30 @@ def socket_hiding(runtime_dirs: Sequence[str], shown: Sequence[str]) -> list[str
         for path in dict.fromkeys(dirs)
         if os.path.lexists(path) and not any(_inside(shown_path, path) for shown_path in shown)
     ]
-    sockets = [
-        real
-        for real in (os.path.realpath(path) for path in bound_sockets())
-        if not any(_inside(real, kept) for kept in KEPT)
-        and not any(_inside(real, path) for path in whole)
-    ]
-    return [*whole, *dict.fromkeys(sockets)]
+    sockets: dict[str, None] = {}
+    settled = time.time() - SETTLED_S
+    for path in bound_sockets():
+        resolved = os.path.realpath(path)
+        real = _service_base(resolved)
+        if real == resolved and not _settled_socket(resolved, settled):
+            continue
+        if any(_inside(real, kept) for kept in KEPT) or any(_inside(real, d) for d in whole):
+            continue
+        if not any(_inside(shown_path, real) for shown_path in shown):
+            sockets[real] = None
+    return [*whole, *sockets]
+
+
+def _service_base(path: str) -> str:
+    """A panewarden runtime base ``path`` lies under (``…/panewarden``,
+    ``…/panewarden-<uid>``), or ``path``."""
+    parts = path.split("/")
+    for index, part in enumerate(parts[:-1]):
+        if part == SERVICE_BASE or (
+            part.startswith(SERVICE_BASE + "-") and part[len(SERVICE_BASE) + 1 :].isdigit()
+        ):
+            return "/".join(parts[: index + 1])
+    return path
 
 
 def _settled_socket(path: str, before: float) -> bool:
