@@ -12,6 +12,7 @@ import msgspec
 
 from protocol.agents.table import AGENT_KINDS
 from protocol.egress import Destination
+from protocol.limits import ProgramLimits
 from protocol.timing import DEFAULT_ORPHAN_GRACE_S, HEARTBEAT_S, KILL_GRACE_S, ORPHAN_AFTER_S
 
 # Scrollback lines a pane keeps (the supervisor sends no other value today).
@@ -61,6 +62,8 @@ class PaneLaunch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # How the worker speaks to the program: a terminal on a PTY, or the Agent Client
     # Protocol over its stdin/stdout (paneworker.acp).
     protocol: PaneProtocol = "terminal"
+    # A confined pane's bounds, applied by the worker before the sandbox's exec.
+    limits: ProgramLimits = msgspec.field(default_factory=ProgramLimits)
 
 
 class BootRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -16,6 +16,7 @@ import errno
 import os
 import subprocess
 from collections import deque
+from collections.abc import Callable
 from typing import IO
 
 READ_CHUNK = 65536
@@ -38,8 +39,15 @@ class InputOverflow(OSError):
 class PipeProgram:
     """One spawned program and its three pipe ends (ours)."""
 
-    def __init__(self, argv: list[str], cwd: str, env: dict[str, str]) -> None:
-        """Spawn ``argv``; raises OSError (e.g. FileNotFoundError) if exec fails."""
+    def __init__(
+        self,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        setup: Callable[[], None] | None = None,
+    ) -> None:
+        """Spawn ``argv``; raises OSError (e.g. FileNotFoundError) if exec fails.
+        ``setup`` runs in the child before the exec (a sandbox's, ``confined_child``)."""
         self._proc = subprocess.Popen(
             argv,
             cwd=cwd,
@@ -50,6 +58,7 @@ class PipeProgram:
             start_new_session=True,
             close_fds=True,
             bufsize=0,
+            preexec_fn=setup,
         )
         assert self._proc.stdin is not None
         assert self._proc.stdout is not None

@@ -28,6 +28,7 @@ from paneworker.acp.session import AcpSession
 from paneworker.confine.egress_proxy import EgressProxy, start_egress
 from paneworker.loop.link import SupervisorLink
 from paneworker.loop.pacing import ScanPacer
+from paneworker.procs.confined_child import child_setup
 from paneworker.procs.oscalls import OsCalls
 from paneworker.procs.program import Program
 from paneworker.procs.reaper import Reaper
@@ -38,6 +39,7 @@ from paneworker.screen.state import ScreenState
 from paneworker.status.screen_rules import RuleSet, load_rules
 from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
+from protocol.limits import PidsCgroup
 from protocol.messages import Descendants, Exited, Heartbeat, Hello
 
 log = logging.getLogger(__name__)
@@ -98,11 +100,23 @@ class PaneWorker:
         self.acp: AcpSession | None = None
         self.spawn_error: str | None = None
         self.egress: EgressProxy | None = None
+        self.cgroup = (
+            PidsCgroup.make(boot.launch.pane, boot.launch.limits.processes)
+            if boot.launch.confined and boot.launch.limits.processes > 0
+            else None
+        )
         try:
             # The proxy's socket must exist before the sandbox binds it in.
             self.egress = start_egress(boot.launch)
             if acp:
-                self.pipes = PipeProgram(boot.launch.argv, boot.launch.cwd, boot.launch.env)
+                self.pipes = PipeProgram(
+                    boot.launch.argv,
+                    boot.launch.cwd,
+                    boot.launch.env,
+                    setup=child_setup(boot.launch.limits, self.cgroup)
+                    if boot.launch.confined
+                    else None,
+                )
             else:
                 self.program = Program(
                     boot.launch.argv,
@@ -111,6 +125,8 @@ class PaneWorker:
                     boot.launch.cols,
                     boot.launch.rows,
                     sandboxed=boot.launch.confined,
+                    limits=boot.launch.limits,
+                    cgroup=self.cgroup,
                 )
         except OSError as exc:
             self.spawn_error = f"{type(exc).__name__}: {exc.strerror or exc}"
@@ -465,6 +481,8 @@ class PaneWorker:
                 self.program.close()
             if self.pipes is not None:
                 self.pipes.close()
+            if self.cgroup is not None:
+                self.cgroup.remove()
             # Long enough for a final Closed/Exited frame, bounded if nobody listens.
             self.link.close(linger_ms=500)
             signal.set_wakeup_fd(-1)

@@ -20,13 +20,11 @@ from dataclasses import dataclass
 
 from ptyprocess import PtyProcess
 
+from paneworker.procs.confined_child import child_setup
+from protocol.limits import PidsCgroup, ProgramLimits
+
 READ_CHUNK = 65536
 TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP)
-
-
-def _ignore_terminal_signals() -> None:
-    for sig in TERMINAL_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
 
 
 @dataclass
@@ -48,14 +46,21 @@ class Program:
         rows: int,
         *,
         sandboxed: bool = False,
+        limits: ProgramLimits | None = None,
+        cgroup: PidsCgroup | None = None,
     ):
         """Spawn ``argv``; raises OSError (e.g. FileNotFoundError) if exec fails.
 
         ``sandboxed``: argv is a sandbox that runs the program (bwrap). ^C, ^\\ and ^Z go
         to the terminal's whole foreground group, the sandbox's own processes included:
         they start with those signals ignored, and the sandbox gives the program its
-        defaults back (``supervisor.confinement.policy``)."""
-        preexec = _ignore_terminal_signals if sandboxed else None
+        defaults back (``supervisor.confinement.policy``); it also gets a keyring of its
+        own, ``limits`` and ``cgroup`` (``confined_child``)."""
+        preexec = (
+            child_setup(limits or ProgramLimits(), cgroup, ignore=TERMINAL_SIGNALS)
+            if sandboxed
+            else None
+        )
         self._proc = PtyProcess.spawn(
             argv, cwd=cwd, env=env, dimensions=(rows, cols), preexec_fn=preexec
         )

@@ -6,7 +6,12 @@ sandbox here (one trivial run, ``confinement.host.check_host``), said twice: for
 verification recipes (``sandbox``: needed only by ``verify``) and for panes
 (``confinement``: required with ``PANEWARDEN_CONFINE=on``, else panes of
 ``confine: "auto"`` profiles run unconfined); recipes and panes share the builder.
-Then how many panes this host can hold (``workers.host_limits.capacity``): the limit
+The sandbox line says what this host's bwrap lacks (``isolate_user``: its own user
+namespace, without nested ones). ``root`` warns when the service runs as root (its
+confined programs are uid 0 to the host's kernel, only the sandbox holds them; an
+unconfined pane is root on the host) and ``limits`` says whether a pane's ``processes``
+bound can be enforced here (a pids cgroup the worker may make). Then how many panes
+this host can hold (``workers.host_limits.capacity``): the limit
 that binds first, then each limit's own figure (informational: never a failure).
 Prints one line per check.
 """
@@ -17,6 +22,7 @@ import os
 import stat
 import sys
 
+from protocol.limits import PidsCgroup
 from supervisor.config import ServiceConfig
 from supervisor.confinement.host import HostSupport, check_host
 from supervisor.exit_codes import EXIT_FAILED, EXIT_OK
@@ -26,7 +32,7 @@ from supervisor.workers.orphans import become_subreaper
 
 # Checks whose failure only disables a feature (the sandbox: verification recipes;
 # confinement unless PANEWARDEN_CONFINE=on).
-OPTIONAL_CHECKS = frozenset({"sandbox", "confinement"})
+OPTIONAL_CHECKS = frozenset({"sandbox", "confinement", "root", "limits"})
 
 
 def _checks(config: ServiceConfig) -> list[tuple[str, bool, str]]:
@@ -53,7 +59,38 @@ def _checks(config: ServiceConfig) -> list[tuple[str, bool, str]]:
     support = check_host(config.environ)
     results.append(_sandbox(support))
     results.append(_confinement(config, support))
+    results.append(_root())
+    results.append(_limits())
     return results
+
+
+def _root() -> tuple[str, bool, str]:
+    if os.geteuid() != 0:
+        return "root", True, f"the service runs as uid {os.geteuid()}, not root"
+    return (
+        "root",
+        False,
+        "the service runs as ROOT: a confined program is nobody inside but uid 0 to the "
+        "host's kernel (only the sandbox holds it: read-only /proc, hidden sockets), an "
+        "unconfined one is root on the host; run the service as an ordinary user",
+    )
+
+
+def _limits() -> tuple[str, bool, str]:
+    group = PidsCgroup.make("doctor", 1)
+    if group is None:
+        return (
+            "limits",
+            False,
+            "no pids cgroup can be made here: a confined pane's `processes` limit is not "
+            "enforced (memory_mb and tmp_mb are)",
+        )
+    group.remove()
+    return (
+        "limits",
+        True,
+        f"a pane's processes are bounded by a pids cgroup (below {os.path.dirname(group.path)})",
+    )
 
 
 def _sandbox(support: HostSupport) -> tuple[str, bool, str]:

@@ -3,6 +3,11 @@
 Checked once when the service starts (and by ``panewarden doctor``) with the namespaces
 and mounts of a confined pane: a host without user namespaces, or inside a container
 that forbids them, fails here and its panes run unconfined under ``confine: "auto"``.
+The probe asks for everything a pane gets (a real user namespace with nested ones
+disabled, nobody inside for a root service, read-only ``/proc`` covers, bounded tmpfs
+sizes); a host whose bwrap cannot make the user namespace (a setuid bwrap without
+them) is retried without it and said to be weaker (``isolate_user`` False: nested user
+namespaces stay possible inside, root stays root).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ class HostSupport:
 
     bwrap: str | None
     detail: str
+    # A real user namespace without nested ones (``policy.user_args``).
+    isolate_user: bool = True
 
     @property
     def available(self) -> bool:
@@ -43,20 +50,39 @@ def reason(returncode: int, stderr: bytes) -> str:
     return (lines[0] if lines else f"exit status {returncode}")[:REASON_LIMIT]
 
 
-def probe_argv(bwrap: str, network: str = "none") -> list[str]:
+def probe_argv(bwrap: str, network: str = "none", *, isolate_user: bool = True) -> list[str]:
     """A sandbox like a pane's (no network of its own) that runs ``true``."""
-    policy = SandboxPolicy(cwd="/", network="none" if network == "none" else "host")
+    policy = SandboxPolicy(
+        cwd="/", network="none" if network == "none" else "host", isolate_user=isolate_user
+    )
     return bwrap_argv(bwrap, policy, ["true"])
 
 
 def check_host(environ: Mapping[str, str]) -> HostSupport:
-    """Run the probe sandbox once (blocking: call it off the event loop)."""
+    """Run the probe sandbox (blocking: call it off the event loop): with every flag a
+    pane gets, then, if that fails, without the user namespace's."""
     bwrap = find_bwrap(environ)
     if bwrap is None:
         return HostSupport(None, "bwrap (Bubblewrap) is not installed")
+    full = _probe(bwrap, isolate_user=True)
+    if full.available:
+        return full
+    weaker = _probe(bwrap, isolate_user=False)
+    if not weaker.available:
+        return full
+    why = full.detail.removeprefix(f"{bwrap} cannot build the sandbox: ")
+    detail = (
+        f"{bwrap} builds the sandbox (mount, PID, IPC, network namespaces) but not its own "
+        f"user namespace ({why}): nested user namespaces are not disabled inside, and a root "
+        "service's program runs as root"
+    )
+    return HostSupport(bwrap, detail, isolate_user=False)
+
+
+def _probe(bwrap: str, *, isolate_user: bool) -> HostSupport:
     try:
         done = subprocess.run(
-            probe_argv(bwrap),
+            probe_argv(bwrap, isolate_user=isolate_user),
             env={"PATH": PROBE_PATH},
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -70,4 +96,9 @@ def check_host(environ: Mapping[str, str]) -> HostSupport:
     if done.returncode != 0:
         why = reason(done.returncode, done.stderr)
         return HostSupport(None, f"{bwrap} cannot build the sandbox: {why}")
-    return HostSupport(bwrap, f"{bwrap} builds the sandbox (mount, PID, IPC, network namespaces)")
+    return HostSupport(
+        bwrap,
+        f"{bwrap} builds the sandbox (mount, PID, IPC, network, user namespaces; no nested "
+        "user namespaces)",
+        isolate_user=isolate_user,
+    )

@@ -18,6 +18,10 @@ What the program sees (``docs/operations.md``, "Confined panes"):
   dirs with the worker and ctl sockets, token, clients, profiles, audit);
 - other panes' cwds read-only where they lie inside a writable path;
 - only its own ctl socket, bound at ``/tmp/.panewarden/ctl.sock``;
+- host Unix sockets and runtime directories hidden, ``/proc`` read-only but for its own
+  processes, its own user namespace without nested ones (``policy``); a program of its
+  installed under ``/tmp`` visible with its tree (``programs``); its ``limits`` (a bounded
+  ``/tmp`` here, the rest applied by its worker);
 - its own PID namespace; no network of its own with ``network: "none"`` or a list (then
   the worker's egress proxy, over ``/tmp/.panewarden/egress.sock``, with the list's hosts
   in its ``/etc/hosts``).
@@ -38,6 +42,7 @@ from pathlib import Path
 from protocol.agents.table import SPECS
 from protocol.egress import Destination, forwarder_argv, hosts_file
 from protocol.errors import ErrorCode, PanewardenError
+from protocol.limits import ProgramLimits
 from supervisor.confinement.homes import home_programs
 from supervisor.confinement.host import HostSupport
 from supervisor.confinement.policy import (
@@ -47,8 +52,10 @@ from supervisor.confinement.policy import (
     under,
     worth_hiding,
 )
+from supervisor.confinement.programs import tmp_program_paths
 from supervisor.confinement.secrets import hidden_paths, home_path
 from supervisor.profiles.confinement import ConfineChoice, ConfineSettings
+from supervisor.profiles.limits import PaneLimits
 
 INSIDE_DIR = "/tmp/.panewarden"
 INSIDE_CTL = f"{INSIDE_DIR}/ctl.sock"
@@ -86,6 +93,8 @@ class PaneSandbox:
     # a later pane or writer worktree is not admitted where this pane writes.
     writable: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
+    # What its worker applies before the sandbox's exec (paneworker.procs.confined_child).
+    limits: ProgramLimits = field(default_factory=ProgramLimits)
 
 
 class PaneConfiner:
@@ -158,6 +167,7 @@ class PaneConfiner:
         settings: ConfineSettings,
         other_cwds: Sequence[str],
         grant: LaneGrant = LaneGrant(),
+        limits: PaneLimits | None = None,
     ) -> PaneSandbox:
         """The sandbox of pane ``name`` (blocking file work: call it off the loop).
 
@@ -168,6 +178,7 @@ class PaneConfiner:
         bwrap = self.support.bwrap
         assert bwrap is not None, "build() only after confined() said yes"
         home = env.get("HOME") or "/"
+        limits = limits or PaneLimits()
         unreadable = self.unreadable_file()
         pane_dir = self._pane_dir(name)
         writable = _home_writable(agent, home)
@@ -182,6 +193,7 @@ class PaneConfiner:
         writable = [*cwd_binds, *grant.writable, *writable]
         program_dirs, private_files = home_programs(agent, home, writable, pane_dir)
         candidates = (home, cwd, *grant.visible, *_install_paths(), *_argv_paths(argv))
+        candidates += tuple(tmp_program_paths(argv, env))
         visible = [path for path in candidates if under(path, ["/tmp"])]
         if not grant.cwd_writable and cwd not in visible:
             visible.append(cwd)
@@ -227,14 +239,20 @@ class PaneConfiner:
             moved=grant.moved,
             launcher=tuple(launcher),
             private_files=tuple(private_files),
+            isolate_user=self.support.isolate_user,
+            tmp_bytes=limits.tmp_bytes,
+            shm_bytes=limits.shm_bytes,
+            runtime_dirs=_runtime_dirs(),
         )
         sandbox_argv = bwrap_argv(bwrap, policy, list(argv))
+        bounds = ProgramLimits(processes=limits.processes, memory_bytes=limits.memory_bytes)
         return PaneSandbox(
             sandbox_argv,
             overrides,
             pane_dir,
             egress,
             egress_socket,
+            limits=bounds,
             writable=tuple(real_paths(policy.writable)),
             read_only=tuple(real_paths(policy.read_only)),
         )
@@ -287,6 +305,12 @@ def _argv_paths(argv: Sequence[str]) -> list[str]:
     """Existing absolute paths named by argv (a program or script under /tmp stays
     visible read-only)."""
     return [arg for arg in argv if os.path.isabs(arg) and os.path.exists(arg)]
+
+
+def _runtime_dirs() -> tuple[str, ...]:
+    """The service's session runtime directory (its session bus, agents' sockets)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    return (runtime,) if os.path.isabs(runtime) else ()
 
 
 def _write_text(path: str, text: str) -> None:

@@ -5,9 +5,13 @@ hidden, what is writable, which namespaces are new) is written once. The mounts 
 applied in this order, each on top of the ones before it:
 
 1. the host file system, read-only (``--ro-bind / /``), a new ``/dev`` (its own devpts:
-   the other panes' terminals are not there), a ``/proc`` of the new PID namespace, and
-   a private ``/tmp`` (tmpfs: the host's ``/tmp``, where the service's runtime directory
-   usually is, is gone);
+   the other panes' terminals are not there), read-only but for a bounded ``/dev/shm``, a
+   ``/proc`` of the new PID namespace with every top-level directory and writable file of
+   it bound read-only again (``/proc/sys``: a root service's ``kernel.core_pattern`` runs
+   a program as root outside; bwrap 0.8 skips covering it when ``access(W_OK)`` fails)
+   and the key and timer lists masked (``proc_covers``), and a private, bounded ``/tmp``
+   (tmpfs: the host's ``/tmp``, where the service's runtime directory usually is, is
+   gone);
 2. ``visible``: host paths bound read-only again on top (HOME or the cwd when they lie
    under ``/tmp``);
 3. ``writable``: bound read-write (the cwd, the paths the agent kind must write, the
@@ -16,13 +20,20 @@ applied in this order, each on top of the ones before it:
    parts of a writer's worktree it does not own), then ``private_files``: private
    copies bound read-write over host files;
 5. ``hidden``: each replaced by an empty stand-in nobody inside can read (a tmpfs of mode
-   0000 for a directory, an empty mode-0000 file for a file), last, so a secret inside a
-   writable HOME is hidden too;
+   0000 for a directory, an empty mode-0000 file for a file or socket), last, so a secret
+   inside a writable HOME is hidden too; with ``hide_host_sockets`` also every host Unix
+   socket and runtime directory (``supervisor.confinement.sockets``);
 6. ``sockets``: host sockets bound at a path inside the private ``/tmp`` (the pane's ctl
    socket, its egress socket).
 
 Every namespace but the network's is new; the network is new too (only a loopback of
-its own) unless the policy shares the host's. Every capability is dropped, so the
+its own) unless the policy shares the host's. The user namespace is a real one
+(``--unshare-user``) in which no further one can be made (``--disable-userns``: nested
+namespaces would give the program every capability over mounts and nf_tables of its
+own), and a root service's program runs as ``nobody`` inside (``--uid``/``--gid``
+65534: it still is uid 0 to the host's kernel, see docs/operations.md); ``isolate_user``
+False (a host whose bwrap cannot, found by ``host.check_host``) falls back to
+``--unshare-user-try``. Every capability is dropped, so the
 permission bits of the stand-ins bind root as well. ``--die-with-parent`` ends the
 sandbox with the process that started it: the PID namespace's init dies, and the kernel
 kills everything left inside.
@@ -31,9 +42,13 @@ kills everything left inside.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+
+from supervisor.confinement.sockets import socket_hiding
+from supervisor.profiles.limits import DEFAULT_SHM_MB, DEFAULT_TMP_MB, MIB
 
 SandboxNetwork = Literal["host", "none"]
 
@@ -42,6 +57,14 @@ SandboxNetwork = Literal["host", "none"]
 # and a bwrap killed by ^C would take the program with it.
 TERMINAL_SIGNALS = "INT,QUIT,TSTP"
 ENV_PROGRAM = "/usr/bin/env"
+# A root service's program's uid and gid inside: nobody, which every passwd file has.
+INSIDE_NOBODY = "65534"
+PROC = "/proc"
+# Read even without a write bit: every key description the uid may view, every host
+# process's timers.
+PROC_MASKED = ("keys", "key-users", "timer_list", "sched_debug", "kcore")
+# Of /proc's top level, these are the namespace's own (bwrap makes net a link to self).
+PROC_OWN = frozenset({"self", "thread-self", "net", "mounts"})
 
 
 @dataclass(frozen=True)
@@ -84,6 +107,16 @@ class SandboxPolicy:
     # read-only re-binds (an agent kind's settings inside its writable HOME directory:
     # the program writes its copy, the host's file never changes).
     private_files: tuple[tuple[str, str], ...] = ()
+    # A real user namespace with no nested ones (and nobody inside for a root service);
+    # False only on a host whose bwrap cannot (``host.check_host``).
+    isolate_user: bool = True
+    # Sizes of the private /tmp and of /dev/shm.
+    tmp_bytes: int = DEFAULT_TMP_MB * MIB
+    shm_bytes: int = DEFAULT_SHM_MB * MIB
+    # Hide every host Unix socket and runtime directory (``sockets``), ``runtime_dirs``
+    # (the service's XDG_RUNTIME_DIR) included; needs ``unreadable_file``.
+    hide_host_sockets: bool = True
+    runtime_dirs: tuple[str, ...] = ()
 
 
 def hidden_mounts(paths: Sequence[str], unreadable_file: str) -> list[str]:
@@ -94,6 +127,42 @@ def hidden_mounts(paths: Sequence[str], unreadable_file: str) -> list[str]:
             args += ["--perms", "0000", "--tmpfs", path]
         elif os.path.lexists(path):
             args += ["--ro-bind", unreadable_file, path]
+    return args
+
+
+def proc_covers(proc: str = PROC) -> list[str]:
+    """The arguments that make the new ``/proc`` read-only but for its processes' own
+    entries: each top-level directory and each file with a write bit, bound read-only
+    again (taken from this host's ``/proc``, so an entry a newer kernel adds is covered
+    too), and the ``PROC_MASKED`` files replaced by ``/dev/null`` (on a ``nodev`` mount:
+    opening it fails)."""
+    args: list[str] = []
+    try:
+        names = sorted(os.listdir(proc))
+    except OSError:
+        names = []
+    for name in names:
+        path = os.path.join(proc, name)
+        if name.isdigit() or name in PROC_OWN or os.path.islink(path):
+            continue
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            continue
+        if name in PROC_MASKED:
+            args += ["--ro-bind", "/dev/null", path]
+        elif stat.S_ISDIR(mode) or mode & 0o222:
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def user_args(isolate_user: bool, euid: int) -> list[str]:
+    """The user namespace's arguments (see the module docstring)."""
+    if not isolate_user:
+        return ["--unshare-user-try"]
+    args = ["--unshare-user", "--disable-userns"]
+    if euid == 0:
+        args += ["--uid", INSIDE_NOBODY, "--gid", INSIDE_NOBODY]
     return args
 
 
@@ -113,9 +182,8 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
 
     Paths are resolved first; of the ``visible`` ones only the outermost are bound."""
     args = [bwrap, "--die-with-parent", "--cap-drop", "ALL"]
-    # A user namespace even where bwrap is setuid (an unprivileged bwrap always makes one).
+    args += user_args(policy.isolate_user, os.geteuid())
     args += [
-        "--unshare-user-try",
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -125,12 +193,17 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
         args.append("--unshare-net")
     if policy.new_session:
         args.append("--new-session")
-    args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    args += ["--ro-bind", "/", "/", "--dev", "/dev", "--remount-ro", "/dev"]
+    args += ["--perms", "01777", "--size", str(policy.shm_bytes), "--tmpfs", "/dev/shm"]
+    args += ["--proc", PROC, *proc_covers()]
+    args += ["--size", str(policy.tmp_bytes), "--tmpfs", "/tmp"]
     for path in policy.tmp_dirs:
         args += ["--dir", path]
-    for path in outermost(real_paths(policy.visible)):
+    visible = outermost(real_paths(policy.visible))
+    writable = real_paths(policy.writable)
+    for path in visible:
         args += ["--ro-bind", path, path]
-    for path in real_paths(policy.writable):
+    for path in writable:
         args += ["--bind", path, path]
     for path in real_paths(policy.read_only):
         args += ["--ro-bind", path, path]
@@ -138,7 +211,12 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
         args += ["--bind", host_path, inside]
     for host_path, inside, rw in policy.moved:
         args += ["--bind" if rw else "--ro-bind", host_path, inside]
-    args += hidden_mounts(real_paths(policy.hidden), policy.unreadable_file)
+    hidden = list(policy.hidden)
+    if policy.hide_host_sockets and policy.unreadable_file:
+        shown = [*visible, *writable]
+        hidden += worth_hiding(socket_hiding(policy.runtime_dirs, shown), shown)
+    # Only the outermost: nothing can be mounted inside a stand-in already there.
+    args += hidden_mounts(outermost(real_paths(hidden)), policy.unreadable_file)
     for host_path, inside in policy.files:
         args += ["--ro-bind", host_path, inside]
     for host_path, inside in policy.sockets:
@@ -157,9 +235,12 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
 
 
 def worth_hiding(paths: Sequence[str], shown: Sequence[str]) -> tuple[str, ...]:
-    """``paths`` but those under the private ``/tmp`` that are not bound again there
-    (``shown``): the tmpfs hides those already."""
-    return tuple(path for path in paths if not under(path, ["/tmp"]) or under(path, shown))
+    """``paths``, resolved, but those under the private ``/tmp`` that are not bound again
+    there (``shown``, resolved too): the tmpfs hides those already. Resolved first: a link
+    under ``/tmp`` to a path outside is what must be hidden, at its target."""
+    bound = real_paths(shown)
+    resolved = real_paths(paths)
+    return tuple(path for path in resolved if not under(path, ["/tmp"]) or under(path, bound))
 
 
 def under(path: str, roots: Sequence[str]) -> bool:

@@ -29,7 +29,7 @@ import os
 import stat
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgspec
@@ -252,7 +252,7 @@ class Verifications:
             unreadable_file=unreadable,
         )
         result = await self._runner(
-            bwrap_argv(bwrap, policy, recipe.argv),
+            bwrap_argv(bwrap, replace(policy, isolate_user=support.isolate_user), recipe.argv),
             cwd="/",
             env={"PATH": sandbox.SANDBOX_PATH},
             timeout_s=max(limit_s, 0.001),

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from protocol.agents.table import launch_rules_for
 from protocol.boot import PaneLaunch
 from protocol.errors import ErrorCode, PanewardenError
+from protocol.limits import ProgramLimits
 from protocol.messages import CAPTURE_QUIET_S, READ_QUIET_MAX_S, Close, Closed, Failed
 from protocol.names import NAME_RULE, is_valid_name
 from protocol.timing import KILL_GRACE_S
@@ -134,6 +135,7 @@ class PaneLifecycle:
                     settings=spec.confinement,
                     other_cwds=[p.cwd for p in self._registry.panes.values()],
                     grant=grant or LaneGrant(),
+                    limits=spec.limits,
                 )
             try:
                 # No await between this check of the directory and its record.
@@ -164,6 +166,7 @@ class PaneLifecycle:
                     confined=confined,
                     egress=[] if sandbox is None else sandbox.egress,
                     egress_socket="" if sandbox is None else sandbox.egress_socket,
+                    limits=ProgramLimits() if sandbox is None else sandbox.limits,
                     protocol="acp" if spec.protocol == "acp" else "terminal",
                 )
             )

@@ -19,6 +19,7 @@ from pathlib import PurePosixPath
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.safe_files import FileReadError, read_regular_file
 from supervisor.profiles.confinement import ConfineSettings
+from supervisor.profiles.limits import PaneLimits
 from supervisor.profiles.model import EnvSource, Profile, WatchdogConfig
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -52,6 +53,8 @@ class LaunchSpec:
     confinement: ConfineSettings = field(default_factory=ConfineSettings)
     # "terminal" (a PTY) or "acp" (the Agent Client Protocol on the program's stdio).
     protocol: str = "terminal"
+    # A confined pane's bounds (supervisor.profiles.limits).
+    limits: PaneLimits = field(default_factory=PaneLimits)
 
 
 def _account() -> tuple[str, str]:

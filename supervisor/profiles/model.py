@@ -23,6 +23,7 @@ from protocol.errors import ErrorCode, PanewardenError
 from protocol.names import is_valid_name
 from supervisor.config import check_emulator
 from supervisor.profiles.confinement import ConfineSettings, build_confinement
+from supervisor.profiles.limits import LimitsEntry, PaneLimits, build_limits
 
 if TYPE_CHECKING:
     AgentKind = str
@@ -98,6 +99,8 @@ class ProfileEntry(Struct, forbid_unknown_fields=True, frozen=True):
     network: Literal["host", "none"] | tuple[str, ...] = "host"
     # How the worker speaks to the program (docs/operations.md, "ACP panes").
     protocol: Literal["terminal", "acp"] = "terminal"
+    # A confined pane's bounds (supervisor.profiles.limits); None: the defaults.
+    limits: LimitsEntry | None = None
 
 
 class ProfilesDocument(Struct, forbid_unknown_fields=True, frozen=True):
@@ -153,6 +156,7 @@ class Profile:
     emulator: str | None = None
     confinement: ConfineSettings = field(default_factory=ConfineSettings)
     protocol: str = "terminal"
+    limits: PaneLimits = field(default_factory=PaneLimits)
 
 
 @dataclass(frozen=True)
@@ -326,6 +330,7 @@ def build_profile(where: str, entry: ProfileEntry) -> Profile:
             where, entry.confine, entry.writable, entry.hide, entry.network
         ),
         protocol=entry.protocol,
+        limits=build_limits(entry.limits),
     )
 
 

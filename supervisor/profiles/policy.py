@@ -174,6 +174,7 @@ class ProfileSet:
             emulator=profile.emulator,
             confinement=profile.confinement,
             protocol=profile.protocol,
+            limits=profile.limits,
         )
 
     def _caller_argv(
