@@ -1,11 +1,20 @@
 """The forwarder: a confined pane's destinations, inside its sandbox.
 
-Run as ``python -I -m paneworker.confine.forwarder --socket SOCK --listen
-ADDR:PORT=HOST:PORT ... -- PROGRAM ARGS...`` (argv from ``protocol.egress.forwarder_argv``).
-It binds every listener first, so the program's first connection cannot come before
-them, then forks: the child accepts on the listeners and carries each TCP connection over
-the Unix socket ``SOCK`` to the worker's egress proxy (header ``CONNECT HOST:PORT``); the
-parent execs PROGRAM, which keeps the pane's PID, terminal and signal dispositions.
+Run as ``python -I -S .../forwarder.py --socket SOCK [--proxy ADDR:PORT] --listen
+ADDR:PORT=HOST:PORT ... -- PROGRAM ARGS...`` (argv from ``protocol.egress.forwarder_argv``;
+by path and without ``site``: it imports nothing but the standard library). It binds
+every listener first, so the program's first connection cannot come before them, then
+forks: the child accepts on the listeners and carries each TCP connection over the Unix
+socket ``SOCK`` to the worker's egress proxy (header ``CONNECT HOST:PORT`` for a
+``--listen`` one; the ``--proxy`` one's bytes as they come: the program speaks HTTP to
+the proxy itself); the parent execs PROGRAM, which keeps the pane's PID, terminal and
+signal dispositions.
+
+A port below 1024 (``api.anthropic.com:443``) needs ``CAP_NET_BIND_SERVICE`` in the
+sandbox's network namespace: the sandbox gives the forwarder that and ``CAP_SETPCAP``
+only when one is listed, and after binding it drops every capability (bounding and
+ambient sets included) and sets ``no_new_privs``, and checks that it holds none, before
+it forks; the program never has one.
 
 The child is not trusted with anything (the proxy checks every destination); it only
 must not outlive the program (``PR_SET_PDEATHSIG``, and the PID namespace's end) nor die
@@ -24,7 +33,7 @@ import threading
 from collections.abc import Sequence
 
 EXIT_USAGE = 64
-EXIT_BIND = 70  # EX_SOFTWARE: the sandbox is not as planned
+EXIT_BIND = 70  # EX_SOFTWARE: the sandbox is not as planned (a bind, a capability left)
 EXIT_EXEC = 127
 CHUNK = 64 * 1024
 ANSWER_LIMIT = 128
@@ -33,6 +42,12 @@ ANSWER_TIMEOUT_S = 20.0
 # Connections carried at once; more are reset (the proxy allows fewer anyway).
 MAX_CONNECTIONS = 512
 PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+_CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 _PREFIX = "panewarden forwarder: "
 # The terminal's signals reach the whole foreground group, this child too; a hang-up
 # ends the program, and the program's end ends the child (PR_SET_PDEATHSIG).
@@ -44,7 +59,8 @@ class _Usage(Exception):
 
 
 def parse(argv: Sequence[str]) -> tuple[str, list[tuple[str, int, str]], list[str]]:
-    """(socket, [(listen address, port, "host:port")], program argv)."""
+    """(socket, [(listen address, port, "host:port", or "" for the HTTP proxy)],
+    program argv)."""
     path = ""
     listens: list[tuple[str, int, str]] = []
     args = list(argv)
@@ -52,11 +68,17 @@ def parse(argv: Sequence[str]) -> tuple[str, list[tuple[str, int, str]], list[st
         flag = args.pop(0)
         if flag == "--":
             break
-        if flag not in ("--socket", "--listen") or not args:
+        if flag not in ("--socket", "--listen", "--proxy") or not args:
             raise _Usage(f"unexpected argument {flag[:64]!r}")
         value = args.pop(0)
         if flag == "--socket":
             path = value
+            continue
+        if flag == "--proxy":
+            address, _, port = value.rpartition(":")
+            if not address or not port.isdigit():
+                raise _Usage(f"--proxy wants ADDR:PORT, not {value[:64]!r}")
+            listens.append((address, int(port), ""))
             continue
         inside, sep, target = value.partition("=")
         address, _, port = inside.rpartition(":")
@@ -83,6 +105,10 @@ def main(argv: Sequence[str]) -> int:
         except OSError as exc:
             print(f"{_PREFIX}cannot listen on {address}:{port}: {exc.strerror}", file=sys.stderr)
             return EXIT_BIND
+    left = _drop_capabilities()
+    if left:
+        print(f"{_PREFIX}cannot drop its capabilities: {left}", file=sys.stderr)
+        return EXIT_BIND
     if listeners:
         # Blocked across the fork, so a ^C at that moment cannot kill the child before
         # it ignores them; the program gets the mask it was given.
@@ -112,6 +138,40 @@ def _bind(address: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def _capabilities() -> dict[str, int]:
+    """This process's capability sets and ``NoNewPrivs``, from ``/proc/self/status``."""
+    with open("/proc/self/status") as status:
+        fields = dict(line.split(":", 1) for line in status if ":" in line)
+    names = (*_CAP_FIELDS, "NoNewPrivs")
+    return {name: int(fields.get(name, "0").strip() or "0", 16) for name in names}
+
+
+def _drop_capabilities() -> str:
+    """Drop every capability this process holds (the sandbox gave it some only to bind
+    a port below 1024) and set ``no_new_privs``; what is left (empty: nothing)."""
+    held = _capabilities()
+    if held.pop("NoNewPrivs") and not any(held.values()):
+        return ""  # as bwrap left it without --cap-add: nothing to drop (ctypes unneeded)
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    # The bounding set first: dropping it needs CAP_SETPCAP, which capset removes.
+    with open("/proc/sys/kernel/cap_last_cap") as last:
+        top = int(last.read())
+    for cap in range(top + 1):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable; twice
+    libc.capset(header, data)
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    after = _capabilities()
+    left = {name: value for name, value in after.items() if value and name != "NoNewPrivs"}
+    if not after["NoNewPrivs"]:
+        left["NoNewPrivs"] = 0
+    return ", ".join(f"{name} {value:x}" for name, value in left.items())
 
 
 def _child(path: str, listeners: list[tuple[socket.socket, str]], mask: set[int]) -> None:
@@ -157,15 +217,17 @@ def _die_with_parent() -> None:
 
 
 def _carry(conn: socket.socket, path: str, target: str, slots: threading.BoundedSemaphore) -> None:
-    """One TCP connection: through the proxy to ``target``, or reset if refused."""
+    """One TCP connection: through the proxy to ``target``, or reset if refused; the
+    HTTP proxy's (``target`` empty) as it comes (the proxy answers the program)."""
     upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         upstream.settimeout(ANSWER_TIMEOUT_S)
         upstream.connect(path)
-        upstream.sendall(f"CONNECT {target}\n".encode())
-        if _answer(upstream) != b"OK":
-            _reset(conn)
-            return
+        if target:
+            upstream.sendall(f"CONNECT {target}\n".encode())
+            if _answer(upstream) != b"OK":
+                _reset(conn)
+                return
         upstream.settimeout(None)
         other = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
         other.start()

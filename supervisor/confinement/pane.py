@@ -12,9 +12,12 @@ What the program sees (``docs/operations.md``, "Confined panes"):
   worker and ctl sockets, token, clients, profiles, audit);
 - other panes' cwds read-only where they lie inside a writable path;
 - only its own ctl socket, bound at ``/tmp/.panewarden/ctl.sock``;
-- its own PID namespace; no network of its own with ``network: "none"`` or a list (then
-  the worker's egress proxy, over ``/tmp/.panewarden/egress.sock``, with the list's hosts
-  in its ``/etc/hosts``).
+- its own PID namespace; a network namespace of its own unless ``network: "host"``
+  (explicit opt-in: the host's loopback services and abstract Unix sockets are then
+  reachable): nothing but its loopback with ``"none"``; with a list (the default
+  ``["public"]``) the worker's egress proxy, over ``/tmp/.panewarden/egress.sock``, with
+  the list's hosts in its ``/etc/hosts`` and, with ``"public"``, an HTTP proxy inside
+  that ``HTTPS_PROXY``/``HTTP_PROXY`` name (``protocol.egress``).
 
 Each pane's own files (its hosts file; the worker's egress socket) are in
 ``<runtime dir>/panes/<name>/``, made when it starts and removed with it.
@@ -30,7 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.agents.table import SPECS
-from protocol.egress import Destination, forwarder_argv, hosts_file
+from protocol.egress import (
+    Destination,
+    forwarder_argv,
+    hosts_file,
+    needs_low_ports,
+    proxy_environment,
+)
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.confinement.host import HostSupport
 from supervisor.confinement.policy import SandboxPolicy, bwrap_argv, under, worth_hiding
@@ -41,6 +50,14 @@ INSIDE_DIR = "/tmp/.panewarden"
 INSIDE_CTL = f"{INSIDE_DIR}/ctl.sock"
 INSIDE_EGRESS = f"{INSIDE_DIR}/egress.sock"
 UNREADABLE_NAME = "unreadable"
+# The forwarder, run by path inside (it is the worker's package; this one never imports it).
+FORWARDER_SCRIPT = str(Path(__file__).resolve().parents[2] / "paneworker/confine/forwarder.py")
+# Kept for the forwarder alone when it binds a port below 1024; it drops them all.
+LOW_PORT_CAPS = ("CAP_NET_BIND_SERVICE", "CAP_SETPCAP")
+HOST_NETWORK_EXPOSES = (
+    "the host's network namespace: every address the host reaches, the host's loopback "
+    "services (127.0.0.1, ::1) and its abstract Unix sockets"
+)
 
 
 @dataclass(frozen=True)
@@ -66,6 +83,20 @@ class PaneSandbox:
     pane_dir: str
     egress: list[Destination]
     egress_socket: str
+    # The list holds "public" (the worker's proxy reaches public unicast addresses too).
+    egress_public: bool = False
+
+
+def network_exposes(settings: ConfineSettings) -> str:
+    """What a confined pane of ``settings`` reaches on the network, in words (its
+    ``get_status`` ``network_exposes``)."""
+    if settings.network == "host":
+        return HOST_NETWORK_EXPOSES
+    if settings.network == "none":
+        return "its own network namespace: nothing but its own loopback"
+    reached = ["public unicast addresses"] if settings.public else []
+    reached += [d.label for d in settings.destinations]
+    return "its own network namespace; through the egress proxy: " + ", ".join(reached)
 
 
 class PaneConfiner:
@@ -180,7 +211,9 @@ class PaneConfiner:
         egress: list[Destination] = []
         egress_socket = ""
         launcher: list[str] = []
+        launcher_caps: tuple[str, ...] = ()
         extra_ro: list[tuple[str, str]] = []
+        public = settings.network == "list" and settings.public
         if settings.network == "list":
             egress = list(settings.destinations)
             # The worker makes the socket before it starts the program; bwrap binds it.
@@ -189,7 +222,13 @@ class PaneConfiner:
             hosts = os.path.join(pane_dir, "hosts")
             _write_text(hosts, hosts_file(egress))
             extra_ro.append((hosts, "/etc/hosts"))
-            launcher = forwarder_argv(sys.executable, egress, INSIDE_EGRESS)
+            launcher = forwarder_argv(
+                sys.executable, FORWARDER_SCRIPT, egress, INSIDE_EGRESS, public=public
+            )
+            if needs_low_ports(egress):
+                launcher_caps = LOW_PORT_CAPS
+            if public:
+                overrides.update(proxy_environment(egress))
         policy = SandboxPolicy(
             cwd=cwd,
             network="host" if settings.network == "host" else "none",
@@ -203,9 +242,10 @@ class PaneConfiner:
             tmp_dirs=(INSIDE_DIR,),
             files=tuple(extra_ro),
             launcher=tuple(launcher),
+            launcher_caps=launcher_caps,
         )
         sandbox_argv = bwrap_argv(bwrap, policy, list(argv))
-        return PaneSandbox(sandbox_argv, overrides, pane_dir, egress, egress_socket)
+        return PaneSandbox(sandbox_argv, overrides, pane_dir, egress, egress_socket, public)
 
     def forget(self, pane_dir: str) -> None:
         """Remove a pane's own files (it was removed, or its start failed)."""

@@ -75,6 +75,9 @@ class SandboxPolicy:
     files: tuple[tuple[str, str], ...] = ()
     # Run inside before the program (the egress forwarder, which execs it).
     launcher: tuple[str, ...] = ()
+    # Capabilities the sandbox keeps for the launcher, which drops them all before it
+    # runs the program (the forwarder binding a port below 1024).
+    launcher_caps: tuple[str, ...] = ()
 
 
 def hidden_mounts(paths: Sequence[str], unreadable_file: str) -> list[str]:
@@ -104,6 +107,8 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
 
     Paths are resolved first; of the ``visible`` ones only the outermost are bound."""
     args = [bwrap, "--die-with-parent", "--cap-drop", "ALL"]
+    for cap in policy.launcher_caps:
+        args += ["--cap-add", cap]
     # A user namespace even where bwrap is setuid (an unprivileged bwrap always makes one).
     args += [
         "--unshare-user-try",

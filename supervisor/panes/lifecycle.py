@@ -23,7 +23,7 @@ from protocol.messages import CAPTURE_QUIET_S, READ_QUIET_MAX_S, Close, Closed, 
 from protocol.names import NAME_RULE, is_valid_name
 from protocol.timing import KILL_GRACE_S
 from supervisor.config import ServiceConfig
-from supervisor.confinement.pane import LaneGrant, PaneConfiner, PaneSandbox
+from supervisor.confinement.pane import LaneGrant, PaneConfiner, PaneSandbox, network_exposes
 from supervisor.panes.driving import error_code, refuse_leased
 from supervisor.panes.pane import LeaseTag, Pane
 from supervisor.panes.records import RECORD_VERSION, PaneRecord, PaneRecords
@@ -154,6 +154,7 @@ class PaneLifecycle:
                     confined=confined,
                     egress=[] if sandbox is None else sandbox.egress,
                     egress_socket="" if sandbox is None else sandbox.egress_socket,
+                    egress_public=sandbox is not None and sandbox.egress_public,
                     protocol="acp" if spec.protocol == "acp" else "terminal",
                 )
             )
@@ -168,6 +169,8 @@ class PaneLifecycle:
                 lease=lease,
                 confined=confined,
                 sandbox_dir=None if sandbox is None else sandbox.pane_dir,
+                network=spec.confinement.network if confined else "",
+                network_exposes=network_exposes(spec.confinement) if confined else "",
             )
             # Tracked before the process exists: its first frames find the pane.
             self._registry.track(pane)
@@ -230,6 +233,8 @@ class PaneLifecycle:
                 pid=pane.pid,
                 watchdog=pane.watchdog is not None,
                 confined=pane.confined,
+                network=pane.network,
+                network_exposes=pane.network_exposes,
             )
         )
 
@@ -270,6 +275,8 @@ class PaneLifecycle:
                 watchdog=self._watchdog_config(rec.profile) if rec.watchdog else None,
                 confined=rec.confined,
                 sandbox_dir=self.confiner.pane_dir_of(rec.name) if rec.confined else None,
+                network=rec.network,
+                network_exposes=rec.network_exposes,
             )
             task = loop.create_task(self._finish_adoption(pane), name=f"adopt-{rec.name}")
             self._registry.adopting(pane, task)

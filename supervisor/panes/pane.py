@@ -68,6 +68,10 @@ class Pane:
     # Its program runs in a sandbox (supervisor.confinement); its own files are here.
     confined: bool = False
     sandbox_dir: str | None = None
+    # A confined pane's `network` ("host", "none" or "list") and what it reaches, in
+    # words (get_status says both).
+    network: str = ""
+    network_exposes: str = ""
     # The cursor of the last dialog answer delivered: a `blocked` status at or before it
     # was answered, even while the program has not reported what it did next.
     answered_seq: int = -1

@@ -95,7 +95,8 @@ class ProfileEntry(Struct, forbid_unknown_fields=True, frozen=True):
     confine: bool | Literal["auto"] | None = None
     writable: tuple[str, ...] = ()
     hide: tuple[str, ...] = ()
-    network: Literal["host", "none"] | tuple[str, ...] = "host"
+    # Unset: ["public"] (supervisor.profiles.confinement).
+    network: Literal["host", "none"] | tuple[str, ...] = ("public",)
     # How the worker speaks to the program (docs/operations.md, "ACP panes").
     protocol: Literal["terminal", "acp"] = "terminal"
 

@@ -56,7 +56,8 @@ def _open(path: str, header: bytes) -> socket.socket:
 
 
 def _proxy(sockdir: str, *dests: Destination, **kw: object) -> EgressProxy:
-    return EgressProxy(list(dests), os.path.join(sockdir, "egress.sock"), **kw)  # type: ignore[arg-type]
+    proxy = EgressProxy(list(dests), os.path.join(sockdir, "egress.sock"), **kw)  # type: ignore[arg-type]
+    return proxy.start()
 
 
 def test_allowed_destination_is_carried_both_ways_with_half_close(
@@ -277,6 +278,7 @@ def test_start_egress_is_none_without_destinations(sockdir: str, echo: EchoServe
     )
     proxy = start_egress(launch)
     assert proxy is not None
+    proxy.start()
     try:
         with _open(path, f"CONNECT 127.0.0.1:{echo.port}\n".encode()) as sock:
             assert read_line(sock) == b"OK\n"
