@@ -37,7 +37,7 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -78,7 +78,12 @@ _HTTP_STATUS = {
 
 
 class _Refused(Exception):
-    """A connection the proxy refuses (the reason is the message)."""
+    """A connection the proxy refuses (the reason is the message); ``http``: its client
+    had started an HTTP request, so it is answered in HTTP."""
+
+    def __init__(self, reason: str, *, http: bool = False) -> None:
+        super().__init__(reason)
+        self.http = http
 
 
 @dataclass(frozen=True)
@@ -246,6 +251,7 @@ class EgressProxy:
                 await loop.sock_sendall(upstream, request.forward)
             await self._splice(client, upstream)
         except _Refused as refused:
+            http = http or refused.http
             self._warn("egress refused %s: %s", label[:LABEL_LIMIT], refused)
             with contextlib.suppress(OSError):
                 client.send(_http_refusal(str(refused)) if http else f"NO {refused}\n".encode())
@@ -273,14 +279,14 @@ class EgressProxy:
                     return line, early, False
                 head, blank, early = data.partition(b"\r\n\r\n")
                 if len(head) + len(blank) >= HEADER_LIMIT:
-                    raise _Refused("header too long")
+                    raise _Refused("header too long", http=True)
                 if blank:
                     return head + blank, early, True
             if len(data) >= HEADER_LIMIT:
                 raise _Refused("header too long")
             chunk = await loop.sock_recv(client, HEADER_LIMIT - len(data))
             if not chunk:
-                raise _Refused("no header")
+                raise _Refused("no header", http=bool(newline))
             data += chunk
 
     def _line_request(self, header: bytes, early: bytes) -> _Request:
@@ -369,7 +375,7 @@ class EgressProxy:
 
 
 def public_only(
-    addresses: list[tuple[int, tuple[str, int]]], own: frozenset[str]
+    addresses: Sequence[tuple[int, tuple[str, int]]], own: frozenset[str]
 ) -> list[tuple[int, tuple[str, int]]]:
     """The resolved addresses a ``"public"`` destination may be connected to.
 

@@ -6,6 +6,8 @@ sandbox here (one trivial run, ``confinement.host.check_host``), said twice: for
 verification recipes (``sandbox``: needed only by ``verify``) and for panes
 (``confinement``: required with ``PANEWARDEN_CONFINE=on``, else panes of
 ``confine: "auto"`` profiles run unconfined); recipes and panes share the builder.
+Then the confined panes' network (``network``): what the default gives, and which
+profiles opt into ``"host"`` and what that exposes (a warning, never a failure).
 Then how many panes this host can hold (``workers.host_limits.capacity``): the limit
 that binds first, then each limit's own figure (informational: never a failure).
 Prints one line per check.
@@ -17,16 +19,20 @@ import os
 import stat
 import sys
 
+from protocol.errors import PanewardenError
 from supervisor.config import ServiceConfig
 from supervisor.confinement.host import HostSupport, check_host
+from supervisor.confinement.pane import HOST_NETWORK_EXPOSES
 from supervisor.exit_codes import EXIT_FAILED, EXIT_OK
+from supervisor.panes.service import demo_argv
+from supervisor.profiles.policy import load_profiles
 from supervisor.store.statedir import runtime_socket_path
 from supervisor.workers.host_limits import capacity
 from supervisor.workers.orphans import become_subreaper
 
 # Checks whose failure only disables a feature (the sandbox: verification recipes;
 # confinement unless PANEWARDEN_CONFINE=on).
-OPTIONAL_CHECKS = frozenset({"sandbox", "confinement"})
+OPTIONAL_CHECKS = frozenset({"sandbox", "confinement", "network"})
 
 
 def _checks(config: ServiceConfig) -> list[tuple[str, bool, str]]:
@@ -53,7 +59,30 @@ def _checks(config: ServiceConfig) -> list[tuple[str, bool, str]]:
     support = check_host(config.environ)
     results.append(_sandbox(support))
     results.append(_confinement(config, support))
+    results.append(_network(config))
     return results
+
+
+def _network(config: ServiceConfig) -> tuple[str, bool, str]:
+    """Which profiles give their confined panes the host's network, and what that is."""
+    try:
+        profiles = load_profiles(config.profiles_path, demo_argv=demo_argv())
+    except PanewardenError as exc:
+        return "network", False, f"the profiles do not load: {exc.message}"
+    host = [p.name for p in profiles.profiles if p.confinement.network == "host"]
+    if host:
+        names = ", ".join(host)
+        return (
+            "network",
+            False,
+            f'network "host" ({names}): confined panes share {HOST_NETWORK_EXPOSES}',
+        )
+    return (
+        "network",
+        True,
+        "confined panes have a network namespace of their own (unset: "
+        '["public"], public unicast addresses through the egress proxy)',
+    )
 
 
 def _sandbox(support: HostSupport) -> tuple[str, bool, str]:

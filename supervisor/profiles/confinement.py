@@ -90,6 +90,8 @@ def build_confinement(
     paths = _paths(f"{where}.writable", writable, drops=False)
     hidden = _paths(f"{where}.hide", hide, drops=True)
     if isinstance(network, str):
+        if network == PUBLIC:
+            raise _error(f"{where}.network", 'a list: write ["public"]')
         if network not in ("host", "none"):
             raise _error(
                 f"{where}.network",
@@ -98,9 +100,6 @@ def build_confinement(
         mode: NetworkMode = "host" if network == "host" else "none"
         return ConfineSettings(choice, paths, hidden, mode, public=False)
     entries = list(network)
-    for index, entry in enumerate(entries):
-        if not isinstance(entry, str):
-            raise _error(f"{where}.network[{index}]", 'must be host:port or "public"')
     try:
         public, rest = split_public(entries)
         destinations = plan(rest)

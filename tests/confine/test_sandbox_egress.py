@@ -99,7 +99,11 @@ def test_only_the_listed_destination_is_reachable_from_inside(sockdir: str) -> N
         proxy = EgressProxy(dests, os.path.join(sockdir, "egress.sock")).start()
         try:
             program = ["python3", "-c", _PROBE, "127.0.0.1", str(echo.port), str(other_port)]
-            argv = [*forwarder_argv(sys.executable, FORWARDER_SCRIPT, dests, INSIDE_SOCKET), *program, INSIDE_SOCKET]
+            argv = [
+                *forwarder_argv(sys.executable, FORWARDER_SCRIPT, dests, INSIDE_SOCKET),
+                *program,
+                INSIDE_SOCKET,
+            ]
             result = _run(_sandbox(proxy.path, argv))
         finally:
             proxy.stop()
@@ -128,7 +132,10 @@ def test_a_named_destination_is_reached_through_the_sandbox_hosts_file(sockdir: 
         try:
             program = ["python3", "-c", _PROBE, "example.test", str(echo.port)]
             program += [str(other.getsockname()[1]), INSIDE_SOCKET]
-            argv = [*forwarder_argv(sys.executable, FORWARDER_SCRIPT, dests, INSIDE_SOCKET), *program]
+            argv = [
+                *forwarder_argv(sys.executable, FORWARDER_SCRIPT, dests, INSIDE_SOCKET),
+                *program,
+            ]
             result = _run(_sandbox(proxy.path, argv, ["--ro-bind", hosts, "/etc/hosts"]))
         finally:
             proxy.stop()
