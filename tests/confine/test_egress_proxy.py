@@ -4,11 +4,14 @@ that it holds nothing back once stopped."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import select
 import socket
 import stat
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -474,3 +477,50 @@ def test_start_egress_starts_no_thread_before_the_worker_forks(sockdir: str) -> 
             assert read_line(queued) == b"NO not a public address\n"
     finally:
         proxy.stop()
+
+
+_FORK_COUNT = r"""
+import json, os, sys, threading
+import paneworker.procs.program as program
+from paneworker.loop.worker import PaneWorker
+from protocol.boot import BootRecord, PaneLaunch
+from protocol import PROTOCOL_VERSION
+
+seen = {}
+spawn = program.PtyProcess.spawn
+
+def counted(*args, **kwargs):
+    seen["threads_at_fork"] = len(os.listdir("/proc/self/task"))
+    return spawn(*args, **kwargs)
+
+program.PtyProcess.spawn = counted
+launch = PaneLaunch(
+    pane="p", agent="generic", argv=["sleep", "30"], cwd="/", env={}, cols=80, rows=24,
+    egress_public=True, egress_socket=sys.argv[1],
+)
+worker = PaneWorker(BootRecord(
+    protocol_version=PROTOCOL_VERSION, instance="i", secret=b"s",
+    endpoint="ipc:///nonexistent", launch=launch,
+))
+seen["egress_thread"] = any(t.name == "egress-proxy" for t in threading.enumerate())
+print(json.dumps(seen), flush=True)
+os.kill(worker.child_pid, 9)
+os._exit(0)
+"""
+
+
+def test_the_worker_forks_its_program_with_one_thread_and_then_starts_the_proxy(
+    sockdir: str,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_COUNT, os.path.join(sockdir, "egress.sock")],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S * 3,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "threads_at_fork": 1,
+        "egress_thread": True,
+    }
