@@ -29,8 +29,11 @@ import os
 import signal
 import socket
 import sys
-import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import threading  # the serving child imports it: the program's start does not wait
 
 EXIT_USAGE = 64
 EXIT_BIND = 70  # EX_SOFTWARE: the sandbox is not as planned (a bind, a capability left)
@@ -187,7 +190,8 @@ def _child(path: str, listeners: list[tuple[socket.socket, str]], mask: set[int]
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    import selectors  # only the child needs it
+    import selectors  # only the child needs them
+    import threading
 
     slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
     with selectors.DefaultSelector() as selector:
@@ -229,6 +233,8 @@ def _carry(conn: socket.socket, path: str, target: str, slots: threading.Bounded
                 _reset(conn)
                 return
         upstream.settimeout(None)
+        import threading  # imported by the child already
+
         other = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
         other.start()
         _pump(conn, upstream)
