@@ -24,16 +24,12 @@ start of such a pane, so it imports little: no argparse, no asyncio.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import threading  # the serving child imports it: the program's start does not wait
 
 EXIT_USAGE = 64
 EXIT_BIND = 70  # EX_SOFTWARE: the sandbox is not as planned (a bind, a capability left)
@@ -190,8 +186,7 @@ def _child(path: str, listeners: list[tuple[socket.socket, str]], mask: set[int]
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    import selectors  # only the child needs them
-    import threading
+    import selectors  # only the child needs it
 
     slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
     with selectors.DefaultSelector() as selector:
@@ -233,8 +228,6 @@ def _carry(conn: socket.socket, path: str, target: str, slots: threading.Bounded
                 _reset(conn)
                 return
         upstream.settimeout(None)
-        import threading  # imported by the child already
-
         other = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
         other.start()
         _pump(conn, upstream)
@@ -266,14 +259,18 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
         dst.shutdown(socket.SHUT_WR)
     except OSError:
         for sock in (src, dst):
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105 (contextlib is not imported: the start waits for imports)
                 sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 def _reset(conn: socket.socket) -> None:
     """Close with a reset: the program sees a failed connection, not an empty reply."""
-    with contextlib.suppress(OSError):
+    try:  # noqa: SIM105 (no contextlib: the program's start waits for every import)
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    except OSError:
+        pass
     conn.close()
 
 
