@@ -19,17 +19,23 @@ it forks; the program never has one.
 The child is not trusted with anything (the proxy checks every destination); it only
 must not outlive the program (``PR_SET_PDEATHSIG``, and the PID namespace's end) nor die
 of the terminal's ^C, ^\\ and ^Z, which reach the whole foreground group. It runs at every
-start of such a pane, so it imports little: no argparse, no asyncio.
+start of such a pane, so the path to the program's ``exec`` imports little: ``_socket``
+and ``_signal``, not their wrappers (``socket``'s enums and ``threading`` were half of
+its start); the child imports what it serves with.
 """
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # signal's C half: no enums to import
+import _socket
 import os
-import signal
-import socket
 import sys
-import threading
-from collections.abc import Sequence
+
+TYPE_CHECKING = False  # not typing's: its import is a few ms of every start
+if TYPE_CHECKING:
+    import socket
+    import threading
+    from collections.abc import Sequence
 
 EXIT_USAGE = 64
 EXIT_BIND = 70  # EX_SOFTWARE: the sandbox is not as planned (a bind, a capability left)
@@ -50,7 +56,7 @@ _CAP_FIELDS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 _PREFIX = "panewarden forwarder: "
 # The terminal's signals reach the whole foreground group, this child too; a hang-up
 # ends the program, and the program's end ends the child (PR_SET_PDEATHSIG).
-_CHILD_IGNORES = {signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP, signal.SIGHUP}
+_CHILD_IGNORES = {_signal.SIGINT, _signal.SIGQUIT, _signal.SIGTSTP, _signal.SIGHUP}
 
 
 class _Usage(Exception):
@@ -97,7 +103,7 @@ def main(argv: Sequence[str]) -> int:
     except _Usage as exc:
         print(_PREFIX + str(exc), file=sys.stderr)
         return EXIT_USAGE
-    listeners: list[tuple[socket.socket, str]] = []
+    listeners: list[tuple[_socket.socket, str]] = []
     for address, port, target in listens:
         try:
             listeners.append((_bind(address, port), target))
@@ -111,13 +117,13 @@ def main(argv: Sequence[str]) -> int:
     if listeners:
         # Blocked across the fork, so a ^C at that moment cannot kill the child before
         # it ignores them; the program gets the mask it was given.
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _CHILD_IGNORES)
+        mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, _CHILD_IGNORES)
         if os.fork() == 0:
             try:
                 _child(path, listeners, mask)
             finally:
                 os._exit(0)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
     for sock, _ in listeners:
         sock.close()
     try:
@@ -127,10 +133,10 @@ def main(argv: Sequence[str]) -> int:
     return EXIT_EXEC
 
 
-def _bind(address: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def _bind(address: str, port: int) -> _socket.socket:
+    sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
         sock.bind((address, port))
         sock.listen(128)
     except OSError:
@@ -173,10 +179,17 @@ def _drop_capabilities() -> str:
     return ", ".join(f"{name} {value:x}" for name, value in left.items())
 
 
-def _child(path: str, listeners: list[tuple[socket.socket, str]], mask: set[int]) -> None:
+def _serving_imports() -> None:
+    """The modules only the serving child needs, bound as this module's names."""
+    global socket, threading
+    import socket
+    import threading
+
+
+def _child(path: str, raw: list[tuple[_socket.socket, str]], mask: set[int]) -> None:
     for sig in _CHILD_IGNORES:
-        signal.signal(sig, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        _signal.signal(sig, _signal.SIG_IGN)
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
     parent = os.getppid()
     _die_with_parent()
     if os.getppid() != parent:  # it ended before the prctl took effect
@@ -186,7 +199,10 @@ def _child(path: str, listeners: list[tuple[socket.socket, str]], mask: set[int]
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    import selectors  # only the child needs it
+    import selectors
+
+    _serving_imports()
+    listeners = [(socket.socket(fileno=sock.detach()), target) for sock, target in raw]
 
     slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
     with selectors.DefaultSelector() as selector:
@@ -212,7 +228,7 @@ def _die_with_parent() -> None:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0)
 
 
 def _carry(conn: socket.socket, path: str, target: str, slots: threading.BoundedSemaphore) -> None:
