@@ -37,11 +37,13 @@ class ErrorCode(StrEnum):
     DELIVERY_AMBIGUOUS = "delivery_ambiguous"
     GIT_PRECONDITION = "git_precondition"
     SCOPE_CONFLICT = "scope_conflict"
+    OBJECT_INVALID = "object_invalid"
     SANDBOX_UNAVAILABLE = "sandbox_unavailable"
     STORE_BUSY = "store_busy"
     IDENTITY_CHANGED = "identity_changed"
     PANE_BUSY = "pane_busy"
     CONFIG_INVALID = "config_invalid"
+    CTL_BUSY = "ctl_busy"
     INTERNAL = "internal"
 
 

@@ -80,6 +80,9 @@ def decode(line: bytes) -> Frame:
         frame = _DECODER.decode(line)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise BadFrame(str(exc)) from None
+    except RecursionError:
+        # msgspec's own depth limit (JSON nested ~1,000 deep) raises this, not DecodeError.
+        raise BadFrame("nested too deep") from None
     if frame.jsonrpc != "2.0" or (frame.method is None and frame.id is None):
         raise BadFrame("not a JSON-RPC 2.0 message")
     return frame

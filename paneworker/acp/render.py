@@ -8,7 +8,8 @@ and the answer given, plans, and panewarden's own notes (``[panewarden] …``).
 
 Agent text is the agent's, not a terminal stream: every control character but newline
 and tab is dropped (ESC included), so nothing an agent says can move the cursor, set a
-title or forge an OSC 7501 status record. Newlines become CR LF.
+title or forge an OSC 7501 status record. Newlines become CR LF. Every method here cleans
+what it is given itself: no caller has to remember which strings are the agent's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _DIM, _BOLD, _RESET = "\x1b[2m", "\x1b[1m", "\x1b[0m"
 # How much of a tool's title or a plan entry is drawn.
 TITLE_CHARS = 200
+# How much of the agent's stderr tail is drawn when its session breaks.
+STDERR_LINES = 20
+STDERR_LINE_CHARS = 200
 
 
 def clean(text: str) -> str:
@@ -89,9 +93,14 @@ class Renderer:
         shown = ", ".join(f"{clean(name)[:60]} [{clean(kind)[:20]}]" for kind, name in options)
         self._line(f"[permission] {clean(title)[:TITLE_CHARS]}: {shown}", _BOLD)
 
-    def answered(self, what: str) -> None:
-        """The answer given to a permission request."""
-        self._line(f"[permission] {what}")
+    def answered(self, title: str, what: str) -> None:
+        """The answer given to the permission request about ``title`` (the agent's)."""
+        self._line(f"[permission] {clean(title)[:TITLE_CHARS]}: {clean(what)}")
+
+    def stderr(self, text: str) -> None:
+        """The agent's last words on stderr, when its session broke or did not start."""
+        for row in clean(text).splitlines()[-STDERR_LINES:]:
+            self._line(f"[stderr] {row[:STDERR_LINE_CHARS]}", _DIM)
 
     def plan(self, entries: list[tuple[str, str]]) -> None:
         """The agent's plan (status, content)."""

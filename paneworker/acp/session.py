@@ -46,7 +46,7 @@ import msgspec
 from paneworker.acp import jsonrpc
 from paneworker.acp.jsonrpc import Frame, FrameTooLarge, RequestId
 from paneworker.acp.pipes import InputOverflow, PipeProgram
-from paneworker.acp.render import Renderer
+from paneworker.acp.render import TITLE_CHARS, Renderer
 from paneworker.screen.state import ScreenState
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.messages import (
@@ -74,6 +74,13 @@ MAX_TURN_TEXT = 900_000
 MAX_TURN_BYTES = 900_000
 # How much of an agent's own error message a status note or refusal quotes.
 MESSAGE_CHARS = 400
+# How much of an agent's value (an id, an exception's text) a log line or note quotes.
+LOGGED_CHARS = 64
+# A token count above this is refused (dropped): JSON clients hold integers to 2^53 - 1,
+# and the supervisor link's msgpack none past 2^64 - 1.
+MAX_COUNT = 2**53 - 1
+# An agent whose stdout closed while it still runs is given this long to exit.
+STDOUT_CLOSED_S = 2.0
 
 _ALLOW, _REJECT = "allow_once", "reject_once"
 
@@ -95,17 +102,26 @@ class _Turn:
     cursor: int
     text: str
     rpc_id: int | None = None  # None while the session is still being created
-    chunks: list[str] = field(default_factory=list)
+    # The newest chunks, at least MAX_TURN_TEXT characters of them while there are that
+    # many: an append drops whole chunks from the front, never re-joins the text.
+    chunks: deque[str] = field(default_factory=deque)
     size: int = 0
     cancelled: bool = False  # deny_once answered or interrupted: ends `cancelled`
     cancel_deadline: float | None = None
 
     def add(self, text: str) -> None:
+        """O(len(text)) amortised, however long the turn."""
+        if not text:
+            return
         self.chunks.append(text)
         self.size += len(text)
-        if self.size > MAX_TURN_TEXT:
-            joined = "".join(self.chunks)[-MAX_TURN_TEXT:]
-            self.chunks, self.size = [joined], len(joined)
+        chunks = self.chunks
+        while self.size - len(chunks[0]) >= MAX_TURN_TEXT:
+            self.size -= len(chunks.popleft())
+
+    def reply(self) -> str:
+        """The agent's text of the turn: its newest ``MAX_TURN_TEXT`` characters."""
+        return "".join(self.chunks)[-MAX_TURN_TEXT:]
 
 
 class AcpSession:
@@ -140,12 +156,26 @@ class AcpSession:
         self._turn: _Turn | None = None
         self._permissions: deque[_Permission] = deque()
         self._texts: OrderedDict[int, str] = OrderedDict()
+        self._eof_deadline: float | None = None
+        self._exited = False
         # Idle from the start (a prompt waits for the session); recorded, not sent: the
         # worker's Hello, which comes first, carries it.
         screen.status.apply("idle", None, "acp")
         self._call("initialize", _initialize_params())
 
     # ------------------------------------------------------------ status
+
+    @property
+    def start_settled(self) -> bool:
+        """The session exists, or will never (its start failed or the session broke)."""
+        return self._started or self.broken is not None
+
+    @property
+    def start_failure(self) -> str | None:
+        """Why the session could not start (None: it started, or is still starting)."""
+        if self._started or self.broken is None:
+            return None
+        return self.broken
 
     def _set_state(self, state: str) -> None:
         status = self.screen.status
@@ -176,12 +206,18 @@ class AcpSession:
     def receive(self) -> None:
         """Read what the agent wrote (stdout and stderr) and act on every whole frame."""
         for _ in range(64):
+            if not self.screen.accepting_output:
+                # The unparsed-output bound, as on a PTY: the agent waits in its write.
+                break
             data = self.program.read()
             if not data:
                 break
             self.take(data)
         while self.program.read_stderr():
             pass
+        if self.program.eof and self._eof_deadline is None and not self._exited:
+            # Its stdout is closed: it exits (and is reaped) at once, or never speaks again.
+            self._eof_deadline = self._clock() + STDOUT_CLOSED_S
 
     def take(self, data: bytes) -> None:
         """Act on the frames in ``data`` (bytes of the agent's stdout)."""
@@ -196,14 +232,28 @@ class AcpSession:
             except jsonrpc.BadFrame as exc:
                 self._break(f"the agent sent a line that is not JSON-RPC ({str(exc)[:80]})")
                 return
-            self._dispatch(frame)
+            try:
+                self._dispatch(frame)
+            except Exception as exc:
+                # Whatever an agent's frame makes us raise ends its session, never the
+                # worker (which would leave the pane `lost`, its program unsupervised).
+                log.exception("ACP frame failed", extra={"pane": self._name})
+                self._break(
+                    f"the agent sent a frame that could not be handled "
+                    f"({type(exc).__name__}: {_cut(str(exc))})"
+                )
+                return
 
     def _dispatch(self, frame: Frame) -> None:
         if frame.is_response:
             if isinstance(frame.id, int) and frame.id in self._calls:
                 self._answered(self._calls.pop(frame.id), frame)
             else:
-                log.info("an answer to no request: %r", frame.id, extra={"pane": self._name})
+                log.info(
+                    "an answer to no request: %s",
+                    _cut(repr(frame.id)),
+                    extra={"pane": self._name},
+                )
         elif frame.is_request:
             assert frame.id is not None and frame.method is not None
             self._request(frame.id, frame.method, frame.params)
@@ -247,7 +297,7 @@ class AcpSession:
         if turn is None or turn.cancel_deadline is not None:
             # Outside a turn, or after session/cancel: the protocol's answer is cancelled.
             self._write(jsonrpc.result(rid, {"outcome": {"outcome": "cancelled"}}))
-            self.render.answered(f"{title}: cancelled (the turn was cancelled)")
+            self.render.answered(title, "cancelled (the turn was cancelled)")
             return
         self._permissions.append(_Permission(rid, title, options))
         self.render.permission(title, [(kind, name) for _, kind, name in options])
@@ -312,7 +362,7 @@ class AcpSession:
 
     def _finish(self, turn: _Turn, state: str) -> None:
         self._turn = None
-        self._texts[turn.cursor] = "".join(turn.chunks)
+        self._texts[turn.cursor] = turn.reply()
         while len(self._texts) > KEPT_TURNS:
             self._texts.popitem(last=False)
         if turn.cancelled:
@@ -395,9 +445,7 @@ class AcpSession:
         self._write(
             jsonrpc.result(pending.rid, {"outcome": {"outcome": "selected", "optionId": chosen}})
         )
-        self.render.answered(
-            f"{pending.title}: {'allowed once' if want == _ALLOW else 'denied once'}"
-        )
+        self.render.answered(pending.title, "allowed once" if want == _ALLOW else "denied once")
         if want == _REJECT and self._turn is not None:
             self._turn.cancelled = True
         self._set_state("working")
@@ -408,9 +456,18 @@ class AcpSession:
         self._send(Ok(rid=msg.rid, seq=cursor, turn=status.turn))
 
     def interrupt(self, rid: int) -> None:
-        """``interrupt_pane``: cancel the turn in flight (a no-op outside one)."""
-        self._check_running()
+        """``interrupt_pane``: cancel the turn in flight (a no-op outside one).
+
+        A session that is over (broken, or its stdout closed) has nothing to cancel: the
+        interrupt ends it now (``error``) and answers; only an exited program refuses.
+        """
+        if self.screen.status.lifecycle != "running":
+            raise PanewardenError(ErrorCode.PANE_NOT_RUNNING, "the pane's program is not running")
         cursor = self.screen.status.seq
+        if self.broken is not None or self.program.eof:
+            self._break("interrupted after the agent closed its stdout")
+            self._send(Ok(rid=rid, seq=cursor, turn=self.screen.status.turn))
+            return
         turn = self._turn
         if turn is not None and turn.cancel_deadline is None:
             turn.cancelled = True
@@ -429,7 +486,7 @@ class AcpSession:
         """The agent's text of the turn the prompt at ``cursor`` started (None: unknown)."""
         turn = self._turn
         if turn is not None and turn.cursor == cursor:
-            text = "".join(turn.chunks)
+            text = turn.reply()
         elif cursor in self._texts:
             text = self._texts[cursor]
         else:
@@ -452,12 +509,16 @@ class AcpSession:
     def next_deadline(self) -> float | None:
         """When ``run_due`` next has work, or None."""
         turn = self._turn
-        due = [d for d in (self._start_deadline, turn and turn.cancel_deadline) if d]
+        cancel = turn and turn.cancel_deadline
+        due = [d for d in (self._start_deadline, cancel, self._eof_deadline) if d]
         return min(due) if due and self.broken is None else None
 
     def run_due(self, now: float) -> None:
         """Give up on an agent that did not answer in time."""
         if self.broken is not None:
+            return
+        if self._eof_deadline is not None and now >= self._eof_deadline and not self._exited:
+            self._break(f"the agent closed its stdout and still ran {STDOUT_CLOSED_S:.0f} s later")
             return
         if self._start_deadline is not None and now >= self._start_deadline:
             self._fail_start(f"no answer to initialize/session/new within {START_TIMEOUT_S:.0f} s")
@@ -478,19 +539,25 @@ class AcpSession:
         if self.broken is not None:
             return
         self.broken = reason
-        log.warning("ACP session broken: %s", reason, extra={"pane": self._name})
+        self._eof_deadline = None
+        log.warning("ACP session broken: %s", _cut(reason, 400), extra={"pane": self._name})
         self.render.note(reason)
+        tail = self.program.stderr_tail.decode(errors="replace").strip()
+        if tail and tail[-MESSAGE_CHARS:] not in reason:  # (not twice: quoted already)
+            self.render.stderr(tail)
         self._start_deadline = None
         self._permissions.clear()
         turn = self._turn
         if turn is not None:
             self._turn = None
-            self._texts[turn.cursor] = "".join(turn.chunks)
+            self._texts[turn.cursor] = turn.reply()
         self._set_state("error")
 
     def program_exited(self) -> None:
         """The program is gone: read what it left, then the session ends (``error`` if a
         turn or the start was still open)."""
+        self._exited = True
+        self._eof_deadline = None
         while data := self.program.read():
             self.take(data)
         while self.program.read_stderr():
@@ -502,6 +569,10 @@ class AcpSession:
 
 
 # ---------------------------------------------------------------- params
+
+
+def _cut(text: str, limit: int = LOGGED_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _turn_mismatch(turn: int, expected: int) -> PanewardenError:
@@ -531,7 +602,8 @@ def _text_of(content: Any) -> str:
 
 def _tool_title(params: Any) -> str:
     title = _get(_get(params, "toolCall"), "title")
-    return title if isinstance(title, str) else "a tool"
+    # Kept cut: the renderer cleans and cuts it again each time it is drawn.
+    return title[:TITLE_CHARS] if isinstance(title, str) else "a tool"
 
 
 def _options(params: Any) -> list[tuple[str, str, str]] | None:
@@ -563,7 +635,9 @@ def _usage(result: Any) -> TokenUsage | None:
     fields = {
         ours: value
         for theirs, ours in _USAGE_KEYS.items()
-        if isinstance(value := raw.get(theirs), int) and not isinstance(value, bool) and value >= 0
+        if isinstance(value := raw.get(theirs), int)
+        and not isinstance(value, bool)
+        and 0 <= value <= MAX_COUNT
     }
     try:
         return msgspec.convert(fields, TokenUsage)

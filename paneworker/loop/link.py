@@ -35,8 +35,10 @@ class SupervisorLink:
         """Queue ``msg``; returns False (and logs) when it could not be queued."""
         try:
             data = self._codec.encode(msg)
-        except FrameError as exc:
-            log.error("dropping outgoing frame: %s", exc)
+        except (FrameError, ValueError, TypeError, OverflowError) as exc:
+            # Whatever a value from the program makes the encoder raise costs this
+            # frame, never the worker (an int past 2^64 - 1 raised OverflowError).
+            log.error("dropping outgoing %s frame: %s", type(msg).__name__, str(exc)[:200])
             return False
         try:
             self.socket.send(data, zmq.NOBLOCK)

@@ -52,6 +52,11 @@ TIMER_SLACK_BEATS = 0.2
 
 # Heartbeat periods of silence after which Hello is re-sent.
 REINTRODUCE_AFTER_BEATS = 2.5
+# An ACP pane's first Hello waits for ``session/new`` (so ``start_pane`` answers with
+# the session there, or fails with the agent's message) at most this long, well within
+# the supervisor's 20 s handshake; a slower agent's pane starts with its session still
+# being created, as before (a prompt waits for it).
+ACP_HELLO_WAIT_S = 15.0
 
 
 @dataclass
@@ -144,6 +149,8 @@ class PaneWorker:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._stop_signal: int | None = None
+        # When the first Hello goes out at the latest (None: it has gone out).
+        self._hello_due: float | None = time.monotonic() + ACP_HELLO_WAIT_S
 
     @property
     def child_pid(self) -> int | None:
@@ -171,6 +178,8 @@ class PaneWorker:
 
     def introduce(self) -> None:
         """Tell a (new) supervisor who we are and what to kill if we die."""
+        if self._hello_due is not None:
+            return  # the first Hello is still waiting for the ACP session
         # A new supervisor has no viewers yet: it subscribes again when it has one.
         self.screen.screen_feed.unsubscribe()
         self.link.send(self.hello())
@@ -181,7 +190,7 @@ class PaneWorker:
     def run(self) -> int:
         """Run until closed, told to stop, or orphaned past the grace."""
         self._install_signals()
-        self.link.send(self.hello())
+        self._maybe_hello()
         poller = zmq.Poller()
         poller.register(self.link.socket, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
@@ -216,11 +225,28 @@ class PaneWorker:
                         self.requests.handle(msg)
                 self._reap_children()
                 self._run_timers(beat)
+                self._maybe_hello()
                 self.screen.after_step()
                 self.screen.screen_feed.step()
         finally:
             self._shutdown()
         return 0
+
+    def _maybe_hello(self) -> None:
+        """Send the first Hello once it may go: at once on a terminal pane, on an ACP
+        pane once its session exists or could not start (or at ``ACP_HELLO_WAIT_S``)."""
+        due = self._hello_due
+        if due is None:
+            return
+        acp = self.acp
+        if acp is not None and not acp.start_settled and time.monotonic() < due:
+            return
+        self._hello_due = None
+        # The supervisor's word is awaited from now on (it knew nothing of us before).
+        self.timers.last_rx = time.monotonic()
+        if acp is not None and acp.start_failure is not None and self.spawn_error is None:
+            self.spawn_error = acp.start_failure
+        self.introduce()
 
     def _fd_masks(self) -> dict[int, int]:
         """The program's fds the loop polls now, with what for."""
@@ -267,6 +293,7 @@ class PaneWorker:
             screen.compact_deadline(),
             screen.screen_feed.deadline(),
             t.orphan_deadline,
+            self._hello_due,
             None if t.orphan_deadline is not None else t.last_rx + self.boot.orphan_after_s,
         ):
             if due is not None:

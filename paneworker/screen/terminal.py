@@ -101,6 +101,11 @@ class Terminal:
         return self._answers.title
 
     @property
+    def dropped_marks(self) -> int:
+        """Combining marks dropped past ``zero_width.MAX_MARKS`` on one cell."""
+        return self._model.dropped_marks
+
+    @property
     def cols(self) -> int:
         return self._model.cols
 

@@ -91,6 +91,18 @@ class AgentSpec:
     # "/" and is made when missing, a file is bound only when it exists) when its pane is
     # confined: the rest of HOME stays read-only there (supervisor.confinement).
     home_writable: tuple[str, ...]
+    # The files and directories under HOME whose contents name programs or instructions
+    # the program runs or follows (hooks, plugins, notify commands, MCP servers, custom
+    # commands and agents, settings): a confined pane of this kind gets a private copy of
+    # each such file (seeded from the host's, written only in the copy) and such
+    # directories read-only, so no pane plants what the operator's next CLI runs. A
+    # directory ends in "/"; a path outside ``home_writable`` is read-only anyway. A file
+    # missing on the host is made there, neutral: ``{}`` for ``.json``/``.jsonc``, else
+    # empty, or the text a ``(path, text)`` entry gives (what the CLI reads as nothing).
+    home_programs: tuple[str | tuple[str, str], ...]
+    # This kind's credential files and directories under HOME: hidden in the panes of
+    # every other kind (and of the generic kind).
+    credentials: tuple[str, ...]
 
     def __post_init__(self) -> None:
         if self.enter_after_echo and self.submit_sign != "turn":

@@ -14,6 +14,7 @@ message are printed; or a handoff did not complete); 2 usage or configuration er
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -241,7 +242,10 @@ def exchange(path: Path, request: Mapping[str, Any], timeout_s: float) -> dict[s
         except OSError as exc:
             raise CtlUsageError(f"cannot reach the ctl socket {path}: {exc.strerror}") from None
         try:
-            sock.sendall(line)
+            # A connection beyond the service's bounds is answered (ctl_busy) and closed
+            # at once, maybe before the request went out: that answer is still read.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(line)
             return _parse(_read_line(sock, deadline))
         except TimeoutError:
             why = f"the service did not answer within {timeout_s:g}s"

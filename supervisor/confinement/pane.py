@@ -7,9 +7,15 @@ What the program sees (``docs/operations.md``, "Confined panes"):
   owned scopes and what ``git commit`` needs: ``LaneGrant``); the directories and files its
   agent kind must write under HOME (``AgentSpec.home_writable``); the profile's
   ``writable``; a private ``/tmp``;
+- inside those, what names programs the kind's CLI runs (``AgentSpec.home_programs``):
+  each such file a private copy in the pane's own directory, seeded from the host's (made
+  on the host, neutral, when missing, so the pane cannot create it there), each such
+  directory read-only: a pane plants no hook, plugin or MCP server the operator's next
+  CLI, or another pane, runs;
 - hidden: the user's keys and browser profiles (``secrets.DEFAULT_HIDDEN``, with the
-  profile's ``hide``) and every path of this service (state dir, runtime dir with the
-  worker and ctl sockets, token, clients, profiles, audit);
+  profile's ``hide``), every other agent kind's credentials (``AgentSpec.credentials``),
+  and every path of this service and of the user's other services (state dirs, runtime
+  dirs with the worker and ctl sockets, token, clients, profiles, audit);
 - other panes' cwds read-only where they lie inside a writable path;
 - only its own ctl socket, bound at ``/tmp/.panewarden/ctl.sock``;
 - its own PID namespace; a network namespace of its own unless ``network: "host"``
@@ -41,8 +47,15 @@ from protocol.egress import (
     proxy_environment,
 )
 from protocol.errors import ErrorCode, PanewardenError
+from supervisor.confinement.homes import home_programs
 from supervisor.confinement.host import HostSupport
-from supervisor.confinement.policy import SandboxPolicy, bwrap_argv, under, worth_hiding
+from supervisor.confinement.policy import (
+    SandboxPolicy,
+    bwrap_argv,
+    real_paths,
+    under,
+    worth_hiding,
+)
 from supervisor.confinement.secrets import hidden_paths, home_path
 from supervisor.profiles.confinement import ConfineChoice, ConfineSettings
 
@@ -65,12 +78,15 @@ class LaneGrant:
     """What a lane changes in its pane's sandbox: a reviewer's worktree is read-only; a
     writer's is read-only but for ``writable`` (its scopes, the Git paths a commit on its
     own branch writes), with ``read_only`` bound again inside those. ``visible``: paths
-    it must see read-only even under ``/tmp`` (a worktree's Git common dir)."""
+    it must see read-only even under ``/tmp`` (a worktree's Git common dir). ``moved``:
+    (host path, path inside, writable) binds made after those, in order (a writer's
+    private object dir over the shared store, the shared store read-only inside it)."""
 
     cwd_writable: bool = True
     visible: tuple[str, ...] = ()
     writable: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
+    moved: tuple[tuple[str, str, bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,6 +101,10 @@ class PaneSandbox:
     egress_socket: str
     # The list holds "public" (the worker's proxy reaches public unicast addresses too).
     egress_public: bool = False
+    # What the program may write (resolved) and, inside that, what is read-only again:
+    # a later pane or writer worktree is not admitted where this pane writes.
+    writable: tuple[str, ...] = ()
+    read_only: tuple[str, ...] = ()
 
 
 def network_exposes(settings: ConfineSettings) -> str:
@@ -191,18 +211,20 @@ class PaneConfiner:
             writable.append(path)
         cwd_binds = [cwd] if grant.cwd_writable else []
         writable = [*cwd_binds, *grant.writable, *writable]
+        program_dirs, private_files = home_programs(agent, home, writable, pane_dir)
         candidates = (home, cwd, *grant.visible, *_install_paths(), *_argv_paths(argv))
         visible = [path for path in candidates if under(path, ["/tmp"])]
         if not grant.cwd_writable and cwd not in visible:
             visible.append(cwd)
         shown = [*visible, *writable]
-        read_only = [*grant.read_only]
+        read_only = [*grant.read_only, *program_dirs]
         read_only += [
             path
             for path in other_cwds
             if path != cwd and under(path, writable) and os.path.isdir(path)
         ]
-        hidden = worth_hiding(hidden_paths(home, settings.hide, self._service_paths), shown)
+        secret = hidden_paths(home, settings.hide, self._service_paths, agent)
+        hidden = worth_hiding(secret, shown)
         sockets: list[tuple[str, str]] = []
         overrides = {"TMPDIR": "/tmp"}
         if self._ctl_socket is not None and os.path.exists(self._ctl_socket):
@@ -241,11 +263,22 @@ class PaneConfiner:
             env=overrides,
             tmp_dirs=(INSIDE_DIR,),
             files=tuple(extra_ro),
+            moved=grant.moved,
             launcher=tuple(launcher),
             launcher_caps=launcher_caps,
+            private_files=tuple(private_files),
         )
         sandbox_argv = bwrap_argv(bwrap, policy, list(argv))
-        return PaneSandbox(sandbox_argv, overrides, pane_dir, egress, egress_socket, public)
+        return PaneSandbox(
+            sandbox_argv,
+            overrides,
+            pane_dir,
+            egress,
+            egress_socket,
+            egress_public=public,
+            writable=tuple(real_paths(policy.writable)),
+            read_only=tuple(real_paths(policy.read_only)),
+        )
 
     def forget(self, pane_dir: str) -> None:
         """Remove a pane's own files (it was removed, or its start failed)."""

@@ -13,7 +13,8 @@ applied in this order, each on top of the ones before it:
 3. ``writable``: bound read-write (the cwd, the paths the agent kind must write, the
    profile's ``writable``, a recipe's outputs);
 4. ``read_only``: bound read-only again inside a writable one (other panes' cwds, the
-   parts of a writer's worktree it does not own);
+   parts of a writer's worktree it does not own), then ``private_files``: private
+   copies bound read-write over host files;
 5. ``hidden``: each replaced by an empty stand-in nobody inside can read (a tmpfs of mode
    0000 for a directory, an empty mode-0000 file for a file), last, so a secret inside a
    writable HOME is hidden too;
@@ -73,11 +74,19 @@ class SandboxPolicy:
     # (host file, path inside): files bound read-only over the host's (a pane's
     # /etc/hosts).
     files: tuple[tuple[str, str], ...] = ()
+    # (host path, path inside, writable): directories bound elsewhere than their host
+    # path, in this order, after ``read_only`` (a writer's private object dir over the
+    # shared one, the shared one read-only inside it).
+    moved: tuple[tuple[str, str, bool], ...] = ()
     # Run inside before the program (the egress forwarder, which execs it).
     launcher: tuple[str, ...] = ()
     # Capabilities the sandbox keeps for the launcher, which drops them all before it
     # runs the program (the forwarder binding a port below 1024).
     launcher_caps: tuple[str, ...] = ()
+    # (host file, path inside): a private copy bound read-write over a file, after the
+    # read-only re-binds (an agent kind's settings inside its writable HOME directory:
+    # the program writes its copy, the host's file never changes).
+    private_files: tuple[tuple[str, str], ...] = ()
 
 
 def hidden_mounts(paths: Sequence[str], unreadable_file: str) -> list[str]:
@@ -130,6 +139,10 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
         args += ["--bind", path, path]
     for path in real_paths(policy.read_only):
         args += ["--ro-bind", path, path]
+    for host_path, inside in policy.private_files:
+        args += ["--bind", host_path, inside]
+    for host_path, inside, rw in policy.moved:
+        args += ["--bind" if rw else "--ro-bind", host_path, inside]
     args += hidden_mounts(real_paths(policy.hidden), policy.unreadable_file)
     for host_path, inside in policy.files:
         args += ["--ro-bind", host_path, inside]

@@ -10,9 +10,14 @@ generations: a resumed or taken-over controller finds them.
 
 A lease is bound to the caller identity (HTTP client name, ``stdio``, or a pane attested
 by ``panewarden ctl``): credentials presented by another identity are refused like a
-wrong token. ``check`` must run under the controller store's lock, immediately before
-the mutation it guards: a lease that expired while the call waited for the lock is
-refused after the lock.
+wrong token. A pane's controller ids live in its own namespace (``pane:<name>/<id>``,
+``controller_id_for``): a pane never names, acquires or inherits a client's controller.
+A release ends what the holder may hand on: the next ``acquire`` of that id by another
+identity is refused while pane leases of the released generation are retained (they
+stay the releasing holder's to re-acquire and close), so no pane lease is ever carried
+to a new identity through a release. ``check`` must run under the controller store's
+lock, immediately before the mutation it guards: a lease that expired while the call
+waited for the lock is refused after the lock.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.control.fences import new_id, new_token, token_digest, token_matches
-from supervisor.control.records import RECORD_VERSION, ControllerLease
+from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, ControllerLease
 from supervisor.control.stores import ControlStores
 
 DEFAULT_TTL_S = 900
@@ -33,6 +38,9 @@ MAX_TTL_S = 1800
 MIN_TTL_S = 60
 # Identities the service attested itself (a pane, by process ancestry).
 ATTESTED_PREFIX = "pane:"
+# How many controller ids one pane may hold leases of (any state): its namespace is its
+# own, but every id is a record on disk.
+MAX_CONTROLLERS_PER_PANE = 8
 
 
 def pane_identity(name: str, instance: str) -> str:
@@ -45,6 +53,27 @@ def pane_of_identity(identity: str) -> str | None:
     if not identity.startswith(ATTESTED_PREFIX):
         return None
     return identity[len(ATTESTED_PREFIX) :].split(":", 1)[0]
+
+
+def controller_id_for(identity: str, requested: str) -> str:
+    """The controller id ``identity`` means by ``requested``: a pane's ids are
+    ``pane:<name>/<requested>``, every other caller's are its own words (never one in
+    a pane's namespace).
+
+    Raises:
+        PanewardenError: ``invalid_argument`` when a caller that is no pane names an id
+            in a pane's namespace.
+    """
+    pane = pane_of_identity(identity)
+    if pane is None:
+        if requested.startswith(ATTESTED_PREFIX):
+            raise PanewardenError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"controller ids starting {ATTESTED_PREFIX!r} belong to panes",
+            )
+        return requested
+    prefix = f"{ATTESTED_PREFIX}{pane}/"
+    return requested if requested.startswith(prefix) else prefix + requested
 
 
 @dataclass(frozen=True)
@@ -130,7 +159,7 @@ class ControllerAuthority:
         if isinstance(creds, Attested):
             if not identity.startswith(ATTESTED_PREFIX):
                 raise _refused("need a fence token from this caller")
-            return self.held_by(identity, creds.controller_id)
+            return self.held_by(identity, controller_id_for(identity, creds.controller_id))
         try:
             lease = self._stores.controller.load(creds.lease_id)
         except PanewardenError:
@@ -235,6 +264,7 @@ class ControllerAuthority:
         """The first generation, or the next after a release; ``lease_conflict`` while a
         lease (expired or not) is active."""
         ttl = self._ttl(ttl_s)
+        controller_id = controller_id_for(identity, controller_id)
         async with self._stores.locks.hold("controller"):
             current = self.current(controller_id)
             if current is not None and current.state == "active":
@@ -243,16 +273,43 @@ class ControllerAuthority:
                     ErrorCode.LEASE_CONFLICT,
                     f"controller {controller_id!r} already has a lease ({how})",
                 )
+            if current is not None and current.identity != identity:
+                self._nothing_carried(current)
             self._one_per_pane(identity, controller_id)
             return self._grant(
                 identity, controller_id, authority_ref, authority_sha256, ttl, current
             )
 
+    def _nothing_carried(self, released: ControllerLease) -> None:
+        """Refuse to hand a released controller to another identity while pane leases
+        of it are retained: they were granted to the releasing holder, and a release is
+        no hand-over (``takeover`` of an expired lease, naming it, is)."""
+        kept = [
+            lease
+            for store in self._stores.pane_leases.values()
+            for lease in store.load_all()[0].values()
+            if lease.controller_id == released.controller_id and lease.state in RETAINED_STATES
+        ]
+        if kept:
+            raise PanewardenError(
+                ErrorCode.LEASE_CONFLICT,
+                f"controller {released.controller_id!r} was released by another caller with "
+                f"{len(kept)} pane lease(s) still retained; only that caller may acquire it "
+                "until they are closed",
+            )
+
     def _one_per_pane(self, identity: str, controller_id: str) -> None:
-        """A pane holds one live controller lease at a time: ``panewarden ctl`` names no
-        controller, the service finds the one its pane holds."""
+        """A pane holds one live controller lease at a time (``panewarden ctl`` names no
+        controller, the service finds the one its pane holds), and leases of at most
+        ``MAX_CONTROLLERS_PER_PANE`` controller ids."""
         if not identity.startswith(ATTESTED_PREFIX):
             return
+        held = {lease.controller_id for lease in self.leases() if lease.identity == identity}
+        if controller_id not in held and len(held) >= MAX_CONTROLLERS_PER_PANE:
+            raise PanewardenError(
+                ErrorCode.LEASE_CONFLICT,
+                f"a pane holds leases of at most {MAX_CONTROLLERS_PER_PANE} controller ids",
+            )
         for lease in self.leases():
             if (
                 lease.identity == identity
@@ -276,6 +333,7 @@ class ControllerAuthority:
     ) -> Granted:
         """A new lease id and fence for the same identity; the old credentials die."""
         ttl = self._ttl(ttl_s)
+        controller_id = controller_id_for(identity, controller_id)
         async with self._stores.locks.hold("controller"):
             current = self.current(controller_id)
             if current is None:
@@ -307,6 +365,7 @@ class ControllerAuthority:
     ) -> Granted:
         """Take an expired lease, if it is still the one the caller expects."""
         ttl = self._ttl(ttl_s)
+        controller_id = controller_id_for(identity, controller_id)
         async with self._stores.locks.hold("controller"):
             current = self.current(controller_id)
             if current is None or current.lease_id != expected_predecessor_lease_id:

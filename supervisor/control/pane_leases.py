@@ -105,7 +105,9 @@ class PaneLeases:
 
     def tag(self, pane: Pane, lease: PaneLease) -> None:
         """Mark ``pane`` as driven through ``lease``."""
-        pane.lease = LeaseTag(lease.lease_id, lease.lease_type, lease.controller_id)
+        pane.lease = LeaseTag(
+            lease.lease_id, lease.lease_type, lease.controller_id, lease.started_by is not None
+        )
 
     def untag(self, pane: Pane | None, lease: PaneLease) -> None:
         """Clear ``pane``'s tag if it is ``lease``'s."""

@@ -14,8 +14,9 @@ State machines (every transition is in the module that owns the record):
   ``closing``/``releasing`` → ``closed``/``released``; ``failed_closed`` when a start
   failed (nothing left running); ``release_failed`` when a release could not finish;
   ``orphaned`` when its pane was found gone at a restart (see
-  :mod:`supervisor.control.startup`). *Retained* states keep the pane leased and block
-  conflicting leases.
+  :mod:`supervisor.control.startup`); ``abandoned`` when a controller closed a writer
+  lane by force (``writer_close``: its pane killed, nothing checked or imported).
+  *Retained* states keep the pane leased and block conflicting leases.
 - receipt: ``reserved`` (admitted, delivery under way or ambiguous) → ``pending``
   (the pane entered the prompt's turn) → ``completed`` (that turn settled and was
   collected); ``failed`` (delivery refused, pane gone or re-created); ``abandoned``
@@ -46,6 +47,7 @@ PaneLeaseState = Literal[
     "release_failed",
     "failed_closed",
     "orphaned",
+    "abandoned",
 ]
 ReceiptState = Literal["reserved", "pending", "completed", "failed", "abandoned"]
 
@@ -93,6 +95,15 @@ class WriterTerms(msgspec.Struct, forbid_unknown_fields=True):
     ticket_ref: str
     release_head: str | None = None
     release_status_sha256: str | None = None
+    # The recipes file at the base commit as writer_start read it (verify runs these,
+    # never a later read of the object store); None: no such file. Leases from before
+    # the capture have recipes_captured False.
+    base_recipes: bytes | None = None
+    recipes_captured: bool = False
+    # How many of the lane's new objects its release imported into the shared store.
+    imported_objects: int | None = None
+    # Why the controller closed the lane by force (writer_close).
+    close_reason: str | None = None
 
 
 class PaneLease(msgspec.Struct, forbid_unknown_fields=True):
@@ -123,6 +134,9 @@ class PaneLease(msgspec.Struct, forbid_unknown_fields=True):
     # Its pane runs in a sandbox (set when it turns active). Records from before panes
     # were confined load as False, which they were.
     confined: bool = False
+    # The pane identity (``pane:<name>:<instance>``) that started it over ctl: it ends
+    # with that pane (supervisor.lanes.starters). None: a client started it.
+    started_by: str | None = None
 
 
 class SettledStatus(msgspec.Struct, forbid_unknown_fields=True):

@@ -114,6 +114,7 @@ async def running_service(
         notifier = build_notifier(config, notify_settings, control)
         await notifier.start()
         lanes = LaneService(control)
+        await lanes.starters.sweep()
         ctl = CtlServer(
             ctl_path, Attestor(service.registry).identify, ctl_commands(control, lanes), audit
         )
@@ -132,6 +133,7 @@ async def running_service(
                 # First: no ctl call may start or wait on a pane that is being closed.
                 (run_dir / "ctl").unlink(missing_ok=True)
                 await ctl.stop()
+                await lanes.starters.stop()
                 (run_dir / OPERATOR_RECORD).unlink(missing_ok=True)
                 await feed.stop()
                 await operator.stop()

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.lanes import git_command
+from supervisor.confinement.policy import bwrap_argv
+from supervisor.lanes import git_command, git_dirs, objects, sandbox
+from supervisor.lanes.git_dirs import GitDirs
 from supervisor.lanes.refs import short_branch
 from supervisor.workers.subprocesses import ChildResult, ChildRunner
 
@@ -81,10 +83,14 @@ class Git:
         environ: Mapping[str, str],
         *,
         timeout_s: float = GIT_TIMEOUT_S,
+        sandbox_of: Callable[[], sandbox.GitSandbox | None] = lambda: None,
     ) -> None:
+        """``sandbox_of``: the Git sandbox of this host, asked at each command (the host
+        check is made at service start); None runs Git unsandboxed."""
         self._runner = runner
         self._environ = dict(environ)
         self._timeout_s = timeout_s
+        self._sandbox_of = sandbox_of
 
     async def _run(
         self,
@@ -94,49 +100,60 @@ class Git:
         ok: tuple[int, ...] = (0,),
         reads_index: bool = False,
     ) -> ChildResult:
+        # Where Git lives, read from the files (a rewritten commondir or a symlinked
+        # .git is refused here, not followed by Git); Git is then pinned to it.
+        dirs = await asyncio.to_thread(git_dirs.resolve, directory)
+        pinned = (dirs.toplevel, dirs.git_dir, dirs.common_dir)
+        if reads_index:
+            # Git never looks into a submodule here; a .git it could follow all the same
+            # (an embedded repository, a link) is refused rather than trusted.
+            await asyncio.to_thread(git_dirs.nested_git_entries, dirs)
         # The listings run nothing and write nothing: they name the filter drivers to
-        # neutralise (the submodules' too where Git would look into them).
-        bare = git_command.environment(self._environ)
-        keys = await self._config_keys(git_command.argv(directory, ()), bare, directory)
+        # neutralise (the submodules' too, should Git ever look into them).
+        bare = git_command.environment(self._environ, pinned=pinned)
+        keys = await self._config_keys(git_command.argv(directory, ()), bare, directory, dirs)
         if not reads_index:
-            env = git_command.environment(self._environ, git_command.filter_drivers(keys))
-            return await self._exec(directory, args, env, limit=limit, ok=ok)
-        where = (await self._line(directory, *LAYOUT_ARGS, env=bare)).split("\n")
-        if len(where) != 3:
-            raise PanewardenError(
-                ErrorCode.GIT_PRECONDITION, f"{directory} is not inside a Git worktree"
-            )
-        top, git_dir, common_dir = where
-        keys += await self._submodule_config_keys(directory, top, common_dir, bare)
+            drivers = git_command.filter_drivers(keys)
+            env = git_command.environment(self._environ, drivers, pinned=pinned)
+            return await self._exec(directory, args, env, dirs, limit=limit, ok=ok)
+        keys += await self._submodule_config_keys(directory, dirs, bare)
         drivers = git_command.filter_drivers(keys)
-        async with git_command.private_index(git_dir) as index:
-            env = git_command.environment(self._environ, drivers, index_file=index)
-            return await self._exec(directory, args, env, limit=limit, ok=ok)
+        async with git_command.private_index(dirs.git_dir) as index:
+            env = git_command.environment(self._environ, drivers, index, pinned)
+            return await self._exec(
+                directory, args, env, dirs, limit=limit, ok=ok, writable=os.path.dirname(index)
+            )
 
     async def _submodule_config_keys(
-        self, directory: str, top: str, common_dir: str, env: dict[str, str]
+        self, directory: str, dirs: GitDirs, env: dict[str, str]
     ) -> list[str]:
-        index = await self._exec(directory, git_command.LIST_INDEX_ARGS, env, limit=LIST_OUTPUT)
+        index = await self._exec(
+            directory, git_command.LIST_INDEX_ARGS, env, dirs, limit=LIST_OUTPUT
+        )
         if index.truncated:
             raise PanewardenError(
                 ErrorCode.GIT_PRECONDITION, f"the index of {directory} is over {LIST_OUTPUT} bytes"
             )
         links = git_command.gitlinks(index.stdout)
         try:
-            git_dirs = await asyncio.to_thread(
-                git_command.submodule_git_dirs, top, common_dir, links
+            git_dirs_found = await asyncio.to_thread(
+                git_command.submodule_git_dirs, dirs.toplevel, dirs.common_dir, links
             )
         except ValueError as exc:
             raise PanewardenError(ErrorCode.GIT_PRECONDITION, f"{directory}: {exc}") from None
+        # A submodule's own git dir, not the worktree's: nothing pinned.
+        plain = git_command.environment(self._environ)
         keys: list[str] = []
-        for git_dir in git_dirs:
+        for git_dir in git_dirs_found:
             prefix = git_command.argv_for_git_dir(git_dir, ())
-            keys += await self._config_keys(prefix, env, git_dir)
+            keys += await self._config_keys(prefix, plain, git_dir, dirs)
         return keys
 
-    async def _config_keys(self, prefix: list[str], env: dict[str, str], where: str) -> list[str]:
+    async def _config_keys(
+        self, prefix: list[str], env: dict[str, str], where: str, dirs: GitDirs
+    ) -> list[str]:
         argv = [*prefix, *git_command.LIST_CONFIG_ARGS]
-        listing = await self._spawn(argv, env, LIST_OUTPUT, (0,), f"config in {where}")
+        listing = await self._spawn(argv, env, dirs, LIST_OUTPUT, (0,), f"config in {where}")
         if listing.truncated:
             raise PanewardenError(
                 ErrorCode.GIT_PRECONDITION, f"the Git config of {where} is too large"
@@ -148,20 +165,44 @@ class Git:
         directory: str,
         args: tuple[str, ...],
         env: dict[str, str],
+        dirs: GitDirs,
         *,
         limit: int = SMALL_OUTPUT,
         ok: tuple[int, ...] = (0,),
+        writable: str | None = None,
     ) -> ChildResult:
         argv = git_command.argv(directory, args)
-        return await self._spawn(argv, env, limit, ok, f"{args[0]} in {directory}")
+        # A writer lane's own objects, read after the shared store's (lanes.objects).
+        env = {**env, **objects.alternate_env(dirs.git_dir)}
+        what = f"{args[0]} in {directory}"
+        return await self._spawn(argv, env, dirs, limit, ok, what, writable)
 
     async def _spawn(
-        self, argv: list[str], env: dict[str, str], limit: int, ok: tuple[int, ...], what: str
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        dirs: GitDirs,
+        limit: int,
+        ok: tuple[int, ...],
+        what: str,
+        writable: str | None = None,
     ) -> ChildResult:
-        """Run one built argv; ``what`` (the command, where) names it in a failure."""
+        """Run one built argv, in the sandbox when the host has one; ``what`` (the
+        command, where) names it in a failure."""
+        box = self._sandbox_of()
+        child_env = env
+        if box is not None:
+            policy = sandbox.git_policy(
+                box,
+                read_only=git_dirs.visible_paths(dirs),
+                writable=() if writable is None else (writable,),
+                env=env,
+            )
+            argv = bwrap_argv(box.bwrap, policy, argv)
+            child_env = {"PATH": env["PATH"]}
         try:
             result = await self._runner(
-                argv, cwd="/", env=env, timeout_s=self._timeout_s, output_limit=limit
+                argv, cwd="/", env=child_env, timeout_s=self._timeout_s, output_limit=limit
             )
         except PanewardenError as exc:
             raise PanewardenError(ErrorCode.GIT_PRECONDITION, exc.message) from None
@@ -169,11 +210,8 @@ class Git:
             raise _failure(what, result)
         return result
 
-    async def _line(self, directory: str, *args: str, env: dict[str, str] | None = None) -> str:
-        if env is None:
-            result = await self._run(directory, *args)
-        else:
-            result = await self._exec(directory, args, env)
+    async def _line(self, directory: str, *args: str) -> str:
+        result = await self._run(directory, *args)
         return result.stdout.decode(errors="surrogateescape").rstrip("\n")
 
     async def layout(self, directory: str) -> Layout:
@@ -209,12 +247,14 @@ class Git:
         return result.returncode == 0
 
     async def status(self, directory: str) -> Digest:
-        """SHA-256 of the exact ``status --porcelain=v1 --untracked-files=all`` bytes."""
+        """SHA-256 of the exact ``status --porcelain=v1 --untracked-files=all
+        --ignore-submodules=dirty`` bytes."""
         result = await self._run(
             directory,
             "status",
             "--porcelain=v1",
             "--untracked-files=all",
+            "--ignore-submodules=dirty",
             limit=0,
             reads_index=True,
         )
@@ -230,6 +270,7 @@ class Git:
             "--no-color",
             "--no-ext-diff",
             "--no-textconv",
+            "--ignore-submodules=dirty",
             base,
             "--",
             limit=0,
@@ -252,6 +293,32 @@ class Git:
             raise PanewardenError(
                 ErrorCode.GIT_PRECONDITION,
                 f"more untracked files in {directory} than {LIST_OUTPUT} bytes of names",
+            )
+        names = [n for n in result.stdout.split(b"\0") if n]
+        return [n.decode(errors="surrogateescape") for n in sorted(names)]
+
+    async def ignored(self, directory: str, scopes: Sequence[str]) -> list[str]:
+        """Files Git ignores under ``scopes`` (worktree-relative literal paths),
+        sorted bytewise; none without scopes."""
+        if not scopes:
+            return []
+        pathspecs = [f":(literal){scope}" for scope in scopes]
+        result = await self._run(
+            directory,
+            "ls-files",
+            "--others",
+            "--ignored",
+            "--exclude-standard",
+            "-z",
+            "--",
+            *pathspecs,
+            limit=LIST_OUTPUT,
+            reads_index=True,
+        )
+        if result.truncated:
+            raise PanewardenError(
+                ErrorCode.GIT_PRECONDITION,
+                f"more ignored files in {directory} than {LIST_OUTPUT} bytes of names",
             )
         names = [n for n in result.stdout.split(b"\0") if n]
         return [n.decode(errors="surrogateescape") for n in sorted(names)]

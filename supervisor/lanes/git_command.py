@@ -5,8 +5,13 @@ textconv, credential helpers, ``core.sshCommand``, pagers), and a writer agent c
 them itself: it can write the repository's config and commit a ``.gitattributes``.
 Nothing here may run one, nor write any index. Every command is therefore:
 
-- ``git --no-pager --no-optional-locks -C DIR …`` with ``cwd=/``;
-- an environment with nothing inherited but ``PATH``: no system or global config
+- ``git --no-pager --no-optional-locks -C DIR …`` with ``cwd=/``; ``status`` and ``diff``
+  with ``--ignore-submodules=dirty`` (and its config twin below): Git never runs in a
+  submodule;
+- ``GIT_DIR``, ``GIT_WORK_TREE`` and ``GIT_COMMON_DIR`` as the supervisor resolved them
+  from the worktree's files (:mod:`supervisor.lanes.git_dirs`);
+- an environment with nothing inherited but ``PATH`` (an allowlist: no ``PANEWARDEN_*``
+  variable, no token path): no system or global config
   (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``, ``HOME``), no system
   attributes, no prompt, ``GIT_OPTIONAL_LOCKS=0``;
 - ``FIXED_CONFIG``, given as command-scope config (``GIT_CONFIG_COUNT``/``KEY``/``VALUE``,
@@ -61,6 +66,18 @@ FIXED_CONFIG: tuple[tuple[str, str], ...] = (
     ("core.sshCommand", ""),
     ("credential.helper", ""),
     ("diff.external", ""),
+    # Never look into a submodule: Git would run there, under a config nobody listed.
+    # ``dirty``, not ``all``: a gitlink's recorded commit still shows (it is content of
+    # the lane's tree), its checkout's files never are read.
+    ("diff.ignoreSubmodules", "dirty"),
+    ("submodule.recurse", "false"),
+    ("status.submoduleSummary", "false"),
+    ("diff.submodule", "short"),
+    ("fetch.recurseSubmodules", "false"),
+    ("core.gitProxy", ""),
+    ("gpg.program", ""),
+    ("core.editor", "true"),
+    ("sequence.editor", "true"),
     # No transport at all: a lazy fetch of a partial clone fails instead of connecting.
     ("protocol.allow", "never"),
     ("gc.auto", "0"),
@@ -171,8 +188,12 @@ def environment(
     environ: Mapping[str, str],
     drivers: Iterable[str] = (),
     index_file: str | None = None,
+    pinned: tuple[str, str, str] | None = None,
 ) -> dict[str, str]:
-    """The environment of one command: see the module docstring."""
+    """The environment of one command: see the module docstring. ``pinned`` is
+    (worktree top, git dir, common dir) as the supervisor resolved them
+    (:mod:`supervisor.lanes.git_dirs`): Git reads those, whatever the worktree's
+    ``commondir`` says by the time it runs."""
     config = list(FIXED_CONFIG)
     for name in drivers:
         config.extend((f"filter.{name}.{key}", value) for key, value in FILTER_NEUTRAL)
@@ -196,6 +217,8 @@ def environment(
         env[f"GIT_CONFIG_VALUE_{i}"] = value
     if index_file is not None:
         env["GIT_INDEX_FILE"] = index_file
+    if pinned is not None:
+        env["GIT_WORK_TREE"], env["GIT_DIR"], env["GIT_COMMON_DIR"] = pinned
     return env
 
 

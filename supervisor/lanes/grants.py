@@ -4,20 +4,25 @@
 - A writer: its worktree read-only but for its owned scopes, and what ``git add`` and
   ``git commit`` on its own branch write, found with a real repository inside bwrap:
 
-  - ``<common dir>/objects`` (new loose objects, their fan-out directories);
   - its own worktree admin dir ``<common dir>/worktrees/<id>`` (index and its lock,
-    HEAD, ``logs/HEAD``, COMMIT_EDITMSG);
-  - its branch's loose ref and reflog: an update writes ``<ref>.lock`` beside the ref
-    and renames it over the ref, and appends to ``logs/refs/heads/<branch>``; a bind of
-    the ref file alone cannot take a rename, so the ref's *directory* (and the reflog's)
-    is bound, with every other entry already in it bound read-only again. With the branch
-    in a directory of its own (``lane/alpha/work``) that is exactly the lane's ref; for a
-    branch directly under ``refs/heads`` it is ``refs/heads`` with every existing branch
-    read-only: a new branch name can still be created there (docs/operations.md).
+    HEAD, ``logs/HEAD``, COMMIT_EDITMSG), which holds its private object directory
+    (:mod:`supervisor.lanes.objects`): bound over ``<common dir>/objects`` inside, with
+    the shared store read-only within it, so no object of the repository can be
+    replaced under its id;
+  - its branch's ref directory and reflog directory: an update writes ``<ref>.lock``
+    beside the ref and renames it over the ref, and appends to
+    ``logs/refs/heads/<branch>``; a bind of the ref file alone cannot take a rename, so
+    the ref's *directory* is bound. That directory must be the branch's alone: a branch
+    directly under ``refs/heads`` is refused (``refs/heads`` itself is never writable,
+    or a lane could write a loose ref shadowing a packed ``main``), and so is a
+    directory holding any other ref, loose or packed. Both directories are made before
+    the bind (after ``git pack-refs`` they may be gone), so a bind never falls back to a
+    parent directory.
 
   The common dir is bound visible (read-only) first: it may lie under ``/tmp``, which the
-  sandbox replaces. ``packed-refs``, ``config``, ``hooks``, other branches' refs and other
-  worktrees' admin dirs stay read-only; so does the worktree's ``.git`` file.
+  sandbox replaces. ``objects``, ``packed-refs``, ``config``, ``hooks``, other branches'
+  refs and other worktrees' admin dirs stay read-only; so does the worktree's ``.git``
+  file.
 
 A scope that does not exist yet cannot be bound (a bind needs its source): its deepest
 existing ancestor inside the worktree is bound instead, and every entry in it that is not
@@ -32,6 +37,7 @@ from collections.abc import Sequence
 
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.confinement.pane import LaneGrant
+from supervisor.lanes import objects
 from supervisor.lanes.refs import branch_ref
 from supervisor.lanes.scopes import overlaps
 
@@ -70,16 +76,20 @@ def writer_grant(
     if os.path.lexists(dotgit):
         read_only.append(dotgit)
     ref = branch_ref(branch)
-    for needed in (os.path.join(common_dir, "objects"), git_dir):
-        if not os.path.isdir(needed):
-            raise PanewardenError(ErrorCode.GIT_PRECONDITION, f"{needed} is not a directory")
-        writable.append(needed)
+    if os.path.dirname(ref) == "refs/heads" or not ref.startswith("refs/heads/"):
+        raise PanewardenError(
+            ErrorCode.INVALID_ARGUMENT,
+            "a writer's branch must be in a directory of its own (`lane-a/work`, not "
+            "`lane-a`): refs/heads itself is never writable to a lane",
+        )
+    if not os.path.isdir(git_dir):
+        raise PanewardenError(ErrorCode.GIT_PRECONDITION, f"{git_dir} is not a directory")
+    private = objects.prepare(git_dir)
+    writable.append(git_dir)
+    _refuse_shared_ref_dir(common_dir, ref)
     for root in (common_dir, os.path.join(common_dir, "logs")):
         own = os.path.join(root, ref)
-        top = os.path.join(root, "refs", "heads")
-        if not os.path.isdir(top):
-            continue  # no reflogs at all: Git creates none on a commit either
-        opened = _existing_ancestor(own, top)
+        opened = _own_ref_dir(own)
         writable.append(opened)
         read_only += _rebind_refs(opened, own)
     return LaneGrant(
@@ -87,6 +97,57 @@ def writer_grant(
         visible=(common_dir,),
         writable=tuple(dict.fromkeys(writable)),
         read_only=tuple(dict.fromkeys(read_only)),
+        moved=objects.mounts(private, common_dir),
+    )
+
+
+def _own_ref_dir(own: str) -> str:
+    """The directory of the lane's ref (or reflog) ``own`` under ``root``, made when
+    missing; never through a link."""
+    directory = os.path.dirname(own)
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+    except OSError as exc:
+        raise PanewardenError(
+            ErrorCode.GIT_PRECONDITION, f"cannot make {directory}: {exc.strerror}"
+        ) from None
+    if os.path.realpath(directory) != directory:
+        raise PanewardenError(
+            ErrorCode.GIT_PRECONDITION, f"{directory} resolves elsewhere (a symbolic link)"
+        )
+    return directory
+
+
+def _refuse_shared_ref_dir(common_dir: str, ref: str) -> None:
+    """Refuse a lane whose ref directory holds another ref, loose or packed: the lane
+    could write a loose ref there that shadows it."""
+    prefix = os.path.dirname(ref) + "/"
+    directory = os.path.join(common_dir, prefix)
+    for where, _dirs, files in os.walk(directory):
+        for name in files:
+            found = os.path.relpath(os.path.join(where, name), common_dir)
+            if found not in (ref, ref + ".lock"):
+                raise _shared(found, ref)
+    try:
+        with open(os.path.join(common_dir, "packed-refs"), "rb") as handle:
+            lines = handle.read().decode(errors="surrogateescape").splitlines()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise PanewardenError(
+            ErrorCode.GIT_PRECONDITION, f"cannot read packed-refs: {exc.strerror}"
+        ) from None
+    for line in lines:
+        fields = line.split(" ", 1)
+        if len(fields) == 2 and fields[1].startswith(prefix) and fields[1] != ref:
+            raise _shared(fields[1], ref)
+
+
+def _shared(found: str, ref: str) -> PanewardenError:
+    return PanewardenError(
+        ErrorCode.GIT_PRECONDITION,
+        f"{found} lies in the directory of the lane's branch {ref}; a writer's branch "
+        "must be the only ref in its directory",
     )
 
 

@@ -24,7 +24,9 @@ Launch = Callable[[LeaseTag, OnSpawn], Awaitable[Pane]]
 async def start_leased_pane(ctx: ControlContext, lease: PaneLease, launch: Launch) -> PaneLease:
     """Run ``launch`` (a ``start_pane`` under ``lease``'s tag) for a claimed lease; the
     lease as it ended: ``active``, or saved ``failed_closed`` before the error is raised."""
-    tag = LeaseTag(lease.lease_id, lease.lease_type, lease.controller_id)
+    tag = LeaseTag(
+        lease.lease_id, lease.lease_type, lease.controller_id, lease.started_by is not None
+    )
 
     def spawned(instance: str) -> None:
         nonlocal lease

@@ -1,8 +1,11 @@
 """Verification recipes: the repository's own ``.panewarden/recipes.toml``, as it is at
 the lane's accepted base commit.
 
-Only the base commit's version counts: a writer cannot add or change a recipe by
-editing its worktree. The file is TOML, one table per recipe::
+Only the base commit's version counts, as ``writer_start`` read it and recorded it in
+the lane's lease (:func:`capture`): a writer cannot add or change a recipe by editing
+its worktree, nor by forging the base commit's objects afterwards — ``verify`` parses
+the recorded bytes (:func:`recipe_captured`), never the object store again.
+The file is TOML, one table per recipe::
 
     [recipes.tests]
     argv = ["python3", "-m", "unittest", "discover", "-s", "tests"]
@@ -22,6 +25,7 @@ from typing import Annotated
 import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
+from supervisor.control.records import WriterTerms
 from supervisor.lanes.git import Git
 from supervisor.lanes.scopes import normalise_scope
 
@@ -90,14 +94,32 @@ def recipe_writable(recipe: Recipe) -> list[str]:
     return [normalise_scope(raw) for raw in recipe.writable]
 
 
-async def recipe_at_base(git: Git, worktree: str, base_commit: str, name: str) -> Recipe:
-    """Recipe ``name`` from the recipes file at ``base_commit``.
+async def capture(git: Git, worktree: str, base_commit: str) -> bytes | None:
+    """The recipes file's bytes at ``base_commit`` (None: it has none), for the lease.
+
+    Raises:
+        PanewardenError: ``git_precondition`` (unreadable, or over the size bound).
+    """
+    return await git.show(worktree, base_commit, RECIPES_PATH, RECIPES_LIMIT_BYTES)
+
+
+def recipe_captured(terms: WriterTerms, name: str) -> Recipe:
+    """Recipe ``name`` from the recipes file ``writer_start`` recorded for the lane.
 
     Raises:
         PanewardenError: ``not_found`` (no recipes file at the base, or no such recipe),
-            ``git_precondition`` (an unreadable or invalid file).
+            ``git_precondition`` (an invalid file, or a lease from before recipes were
+            recorded: start a new lane).
     """
-    data = await git.show(worktree, base_commit, RECIPES_PATH, RECIPES_LIMIT_BYTES)
+    if not terms.recipes_captured:
+        raise PanewardenError(
+            ErrorCode.GIT_PRECONDITION,
+            "this writer lease predates recorded recipes; release it and start a new lane",
+        )
+    return _recipe_of(terms.base_recipes, terms.base_commit, name)
+
+
+def _recipe_of(data: bytes | None, base_commit: str, name: str) -> Recipe:
     if data is None:
         raise PanewardenError(
             ErrorCode.NOT_FOUND, f"the base commit {base_commit[:12]} has no {RECIPES_PATH}"

@@ -8,23 +8,35 @@ visible, then turns ``active``. A start that fails leaves the lease
 ``failed_closed`` and nothing running. A leased pane refuses plain ``send_input`` and
 ``remove_pane``; it takes prompts through ``relay``/``handoff`` and is closed by
 ``close`` (capture + close in one worker step at ``expected_seq``) or ``cleanup``.
+
+A pane that starts reviewers over ``panewarden ctl`` gains nothing by them: at most
+``MAX_REVIEWERS_PER_PANE`` of its reviewer leases are retained at once, a confined
+starter's reviewers are confined and no wider than its own sandbox
+(:mod:`supervisor.lanes.width`), and they end with it (:mod:`supervisor.lanes.starters`).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.agents.table import SPECS, spec_for
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.control.context import ControlContext
-from supervisor.control.controllers import Credentials, pane_of_identity
+from supervisor.control.controllers import Credentials, pane_identity, pane_of_identity
 from supervisor.control.fences import new_id
 from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease
 from supervisor.lanes.closing import BUSY_STATES, CloseJob, begin_close, finish_close
 from supervisor.lanes.grants import REVIEWER_GRANT
 from supervisor.lanes.provisioning import OnSpawn, start_leased_pane
+from supervisor.lanes.width import excess
 from supervisor.panes.pane import LeaseTag, Pane
+from supervisor.profiles.confinement import ConfineSettings
+
+# Reviewer leases one pane may hold retained at once (each is a pane under max_panes).
+MAX_REVIEWERS_PER_PANE = 4
 
 
 @dataclass
@@ -43,8 +55,13 @@ class CleanupReport:
 class ReviewerLanes:
     """reviewer_start, reviewer_list, reviewer_close, reviewer_cleanup."""
 
-    def __init__(self, ctx: ControlContext) -> None:
+    def __init__(
+        self, ctx: ControlContext, after_start: Callable[[str], Awaitable[None]] | None = None
+    ) -> None:
         self._ctx = ctx
+        # Heard with the starter's identity once a pane-started reviewer is up: a
+        # starter that ended meanwhile takes it along (supervisor.lanes.starters).
+        self._after_start = after_start
 
     def leases(self) -> list[PaneLease]:
         """Every reviewer lease, oldest first."""
@@ -62,12 +79,22 @@ class ReviewerLanes:
         effort: str | None = None,
     ) -> PaneLease:
         """Start a leased reviewer pane; returns its active lease."""
+        # A confined pane that became a controller (`panewarden ctl`) starts only
+        # confined panes, no wider than its own sandbox: its agent must not get out of
+        # its sandbox through a profile that runs unconfined or wider.
+        caller = pane_of_identity(identity)
+        caller_pane = self._ctx.registry.panes.get(caller) if caller is not None else None
+        from_confined = caller_pane is not None and caller_pane.confined
+        within = None if caller_pane is None or not from_confined else self._within(caller_pane)
         async with self._ctx.stores.locks.hold("controller", "reviewer"):
             ctl = self._ctx.authority.check(identity, creds)
             if self._ctx.leases.retained_for(name) is not None:
                 raise PanewardenError(
                     ErrorCode.PANE_EXISTS, f"a retained lease already names pane {name!r}"
                 )
+            started_by = identity if caller is not None else None
+            if started_by is not None:
+                self._below_cap(started_by)
             now = self._ctx.leases.now()
             lease = PaneLease(
                 version=RECORD_VERSION,
@@ -81,16 +108,10 @@ class ReviewerLanes:
                 purpose=purpose,
                 profile=profile,
                 cwd=cwd,
+                started_by=started_by,
             )
             self._ctx.stores.pane_leases["reviewer"].save(lease.lease_id, lease)
             self._ctx.leases.claim(lease)
-
-        # A confined pane that became a controller (`panewarden ctl`) starts only
-        # confined panes: its agent must not get out of its sandbox through a profile
-        # that runs unconfined.
-        caller = pane_of_identity(identity)
-        caller_pane = self._ctx.registry.panes.get(caller) if caller is not None else None
-        from_confined = caller_pane is not None and caller_pane.confined
 
         async def launch(tag: LeaseTag, on_spawn: OnSpawn) -> Pane:
             extra = self._model_args(profile, model, effort)
@@ -105,9 +126,61 @@ class ReviewerLanes:
                 on_spawn=on_spawn,
                 grant=REVIEWER_GRANT,
                 require_confined=from_confined,
+                within=within,
             )
 
-        return await start_leased_pane(self._ctx, lease, launch)
+        started = await start_leased_pane(self._ctx, lease, launch)
+        if started_by is not None and self._after_start is not None:
+            await self._after_start(started_by)
+        return started
+
+    def _below_cap(self, started_by: str) -> None:
+        """Refuse a start beyond the cap of ``started_by``'s tree: a pane's reviewers
+        may start reviewers too, and all of them count against the pane that began it."""
+        retained = [
+            lease
+            for lease in self.leases()
+            if lease.started_by is not None and lease.state in RETAINED_STATES
+        ]
+        parent = {
+            pane_identity(lease.name, lease.instance): lease.started_by
+            for lease in retained
+            if lease.instance is not None and lease.started_by is not None
+        }
+
+        def root(identity: str) -> str:
+            seen = {identity}
+            while identity in parent and parent[identity] not in seen:
+                identity = parent[identity]
+                seen.add(identity)
+            return identity
+
+        top = root(started_by)
+        held = [lease for lease in retained if root(lease.started_by or "") == top]
+        if len(held) >= MAX_REVIEWERS_PER_PANE:
+            raise PanewardenError(
+                ErrorCode.PANE_LIMIT,
+                f"a pane and the reviewers it started hold at most {MAX_REVIEWERS_PER_PANE} "
+                "reviewer leases at once; close one first",
+            )
+
+    def _within(self, starter: Pane) -> Callable[[ConfineSettings], None]:
+        """The check a reviewer's confinement must pass: no wider than ``starter``'s."""
+        outer = starter.confinement
+        if outer is None:
+            # Re-adopted after a restart: its profile's settings now, if it still has one.
+            outer = self._ctx.lifecycle.confinement_of(starter.profile)
+        home = os.path.expanduser("~")
+
+        def check(inner: ConfineSettings) -> None:
+            reason = excess(inner, outer, home)
+            if reason is not None:
+                raise PanewardenError(
+                    ErrorCode.FORBIDDEN,
+                    f"a pane's reviewer is no wider than the pane: the profile's {reason}",
+                )
+
+        return check
 
     def _model_args(self, profile: str, model: str | None, effort: str | None) -> list[str] | None:
         if model is None and effort is None:

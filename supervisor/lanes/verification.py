@@ -1,8 +1,12 @@
 """Verification of a writer's worktree: a content digest, and recipes run in a sandbox.
 
 ``snapshot`` reads the lane's Git evidence (branch, HEAD, status digest) and its
-worktree digest (:mod:`supervisor.lanes.worktree_digest`); it runs no repository code
-and needs no controller. The caller may pass the HEAD and status digest it expects
+worktree digest (:mod:`supervisor.lanes.worktree_digest`, the ignored files under the
+lane's owned scopes included and named); it runs no repository code and needs no
+controller. Both it and ``verify`` first check that the worktree's git dirs, read from
+its files, are still the lane's (the recorded repository's common dir, one of its admin
+dirs): a lane that rewrote its ``commondir`` gets ``git_precondition``, never a HEAD
+read from somewhere else. The caller may pass the HEAD and status digest it expects
 (``git_precondition`` when they differ).
 
 ``verify`` runs one recipe from the repository's recipes file *as it is at the lane's
@@ -41,11 +45,13 @@ from supervisor.control.stores import VerificationRecord
 from supervisor.lanes import sandbox
 from supervisor.lanes.closing import BUSY_STATES
 from supervisor.lanes.git import Git
-from supervisor.lanes.recipes import Recipe, recipe_at_base, recipe_writable
-from supervisor.lanes.worktree_digest import worktree_digest
+from supervisor.lanes.recipes import Recipe, recipe_captured, recipe_writable
+from supervisor.lanes.worktree_digest import WorktreeDigest, worktree_digest
 from supervisor.workers.subprocesses import ChildRunner
 
 VERIFIABLE = frozenset({"active", "released"})
+# A snapshot names at most this many of the ignored files in its digest (all are counted).
+IGNORED_PATHS_SHOWN = 64
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,7 @@ class Verifications:
         """The lane's Git evidence and worktree digest, as they are now."""
         lease = self._ctx.leases.get("writer", lease_id)
         terms = self._terms(lease)
+        await self._check_layout(terms)
         head = await self._git.head(terms.worktree)
         if expected_head is not None and head != expected_head:
             raise PanewardenError(
@@ -113,7 +120,7 @@ class Verifications:
                 ErrorCode.GIT_PRECONDITION,
                 f"the status digest is {status.sha256}, not the expected one",
             )
-        digest = await worktree_digest(self._git, terms.worktree, terms.base_commit)
+        digest = await self._digest(terms)
         pane = self._ctx.leases.pane_of(lease)
         return {
             "lease_id": lease.lease_id,
@@ -127,8 +134,34 @@ class Verifications:
             "diff_bytes": digest.diff_bytes,
             "untracked_files": digest.untracked_files,
             "untracked_bytes": digest.untracked_bytes,
+            "ignored_files": len(digest.ignored),
+            "ignored_bytes": digest.ignored_bytes,
+            "ignored_paths": list(digest.ignored[:IGNORED_PATHS_SHOWN]),
             "pane_state": None if pane is None else pane.status.state,
         }
+
+    async def _check_layout(self, terms: WriterTerms) -> None:
+        """The worktree's git dirs, read from its files, are still the lane's: its top,
+        an admin dir of the recorded repository's, and that repository's common dir (a
+        rewritten ``commondir`` or ``gitdir`` is refused, never read through)."""
+        layout = await self._git.layout(terms.worktree)
+        admin_dirs = os.path.join(terms.repository, "worktrees")
+        if layout.toplevel != terms.worktree or layout.common_dir != terms.repository:
+            raise PanewardenError(
+                ErrorCode.GIT_PRECONDITION,
+                f"{terms.worktree} is no longer the lane's worktree: its common dir is "
+                f"{layout.common_dir}, not {terms.repository}",
+            )
+        if os.path.dirname(layout.git_dir) != admin_dirs:
+            raise PanewardenError(
+                ErrorCode.GIT_PRECONDITION,
+                f"the git dir of {terms.worktree} is {layout.git_dir}, not under {admin_dirs}",
+            )
+
+    async def _digest(self, terms: WriterTerms) -> WorktreeDigest:
+        return await worktree_digest(
+            self._git, terms.worktree, terms.base_commit, terms.owned_scopes
+        )
 
     # ------------------------------------------------------------ verify
 
@@ -171,7 +204,7 @@ class Verifications:
         terms: WriterTerms,
         req: VerifyRequest,
     ) -> VerificationRecord:
-        recipe = await recipe_at_base(self._git, terms.worktree, terms.base_commit, req.recipe)
+        recipe = recipe_captured(terms, req.recipe)
         # The host check made at service start, the one that decides whether panes are
         # confined: one answer to "can this host build the sandbox".
         support = self._confiner.support
@@ -191,8 +224,9 @@ class Verifications:
             worktree_sha256=req.expected_worktree_sha256,
             started_at=started,
         )
+        await self._check_layout(terms)
         head = await self._git.head(terms.worktree)
-        before = await worktree_digest(self._git, terms.worktree, terms.base_commit)
+        before = await self._digest(terms)
         problem = self._preflight(terms, recipe, before.sha256, req.expected_worktree_sha256)
         writable: list[str] = []
         if problem is None:
@@ -224,7 +258,7 @@ class Verifications:
             timeout_s=max(limit_s, 0.001),
             output_limit=0,
         )
-        after = await worktree_digest(self._git, terms.worktree, terms.base_commit)
+        after = await self._digest(terms)
         if after.sha256 != before.sha256:
             state, reason = (
                 "invalidated",

@@ -2,7 +2,7 @@
 
 ``worktree_sha256`` is the SHA-256 of, in order:
 
-1. the format tag ``panewarden-worktree-v1\\n``;
+1. the format tag ``panewarden-worktree-v2\\n``;
 2. ``diff <size> <sha256>\\n``: the size and SHA-256 of ``git diff --binary --full-index
    --no-color --no-ext-diff --no-textconv <base> --`` run at the worktree's top (every
    change to tracked files since the accepted base commit, committed or not);
@@ -10,11 +10,17 @@
    sorted bytewise by path: ``<kind> <path length> <path> <size> <sha256>\\n``, where
    kind is ``file``, ``exec`` (any execute bit), ``link`` (the digest is over the link's
    target, which is never followed) or ``other`` (size 0, empty digest), and the SHA-256
-   is over the file's bytes.
+   is over the file's bytes;
+4. ``ignored <count>\\n``, then for each file Git ignores under the lane's owned scopes
+   (``git ls-files --others --ignored --exclude-standard -z -- <scopes>``), sorted
+   bytewise, an entry of the same form. A lane can make what it writes ignored (a
+   ``.gitignore`` of ``*`` in a new directory), and a recipe would import it all the
+   same: what the lane can write is in the digest, ignored or not. Outside the owned
+   scopes the lane writes nothing, so ignored files there (a recipe's outputs, a venv)
+   are not part of it.
 
 Every length is given before what it measures, so two different worktrees cannot
-produce the same byte stream. Ignored files are not part of it: outputs a verification
-recipe writes should be ignored by Git, or they change the digest.
+produce the same byte stream (no untracked entry's kind is ``ignored``).
 """
 
 from __future__ import annotations
@@ -23,12 +29,13 @@ import asyncio
 import hashlib
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.lanes.git import Git
 
-FORMAT_TAG = b"panewarden-worktree-v1\n"
+FORMAT_TAG = b"panewarden-worktree-v2\n"
 # A worktree whose untracked files hold more than this is refused (the digest reads all).
 UNTRACKED_LIMIT_BYTES = 1024**3
 READ_CHUNK = 1024 * 1024
@@ -43,26 +50,36 @@ class WorktreeDigest:
     diff_bytes: int
     untracked_files: int
     untracked_bytes: int
+    ignored: tuple[str, ...] = ()
+    ignored_bytes: int = 0
 
 
-async def worktree_digest(git: Git, worktree: str, base_commit: str) -> WorktreeDigest:
-    """The digest of ``worktree`` against ``base_commit``; see the module docstring.
+async def worktree_digest(
+    git: Git, worktree: str, base_commit: str, scopes: Sequence[str] = ()
+) -> WorktreeDigest:
+    """The digest of ``worktree`` against ``base_commit``, with the ignored files under
+    ``scopes`` (the lane's owned ones); see the module docstring.
 
     Raises:
-        PanewardenError: ``git_precondition`` when Git fails, or the untracked files
-            are larger than ``UNTRACKED_LIMIT_BYTES``.
+        PanewardenError: ``git_precondition`` when Git fails, or the untracked and
+            ignored files are larger than ``UNTRACKED_LIMIT_BYTES``.
     """
     diff = await git.diff_from(worktree, base_commit)
     names = await git.untracked(worktree)
+    ignored = await git.ignored(worktree, scopes)
     head = hashlib.sha256(FORMAT_TAG)
     head.update(b"diff %d %s\n" % (diff.size, diff.sha256.encode()))
     # Reading files can take a while: off the event loop.
-    total = await asyncio.to_thread(_hash_untracked, head, worktree, names)
-    return WorktreeDigest(head.hexdigest(), diff.size, len(names), total)
+    total = await asyncio.to_thread(_hash_untracked, head, worktree, names, 0)
+    head.update(b"ignored %d\n" % len(ignored))
+    both = await asyncio.to_thread(_hash_untracked, head, worktree, ignored, total)
+    return WorktreeDigest(
+        head.hexdigest(), diff.size, len(names), total, tuple(ignored), both - total
+    )
 
 
-def _hash_untracked(into: hashlib._Hash, worktree: str, names: list[str]) -> int:
-    total = 0
+def _hash_untracked(into: hashlib._Hash, worktree: str, names: list[str], total: int) -> int:
+    """Hash each entry into ``into``; the bytes read, added to ``total``."""
     for name in names:
         raw = os.fsencode(name)
         kind, size, sha256 = _entry(os.path.join(worktree, name))
@@ -70,7 +87,8 @@ def _hash_untracked(into: hashlib._Hash, worktree: str, names: list[str]) -> int
         if total > UNTRACKED_LIMIT_BYTES:
             raise PanewardenError(
                 ErrorCode.GIT_PRECONDITION,
-                f"the untracked files of {worktree} hold more than {UNTRACKED_LIMIT_BYTES} "
+                f"the untracked and ignored files of {worktree} hold more than "
+                f"{UNTRACKED_LIMIT_BYTES} "
                 "bytes; ignore or remove what is not part of the work",
             )
         into.update(b"%s %d %s %d %s\n" % (kind, len(raw), raw, size, sha256.encode()))

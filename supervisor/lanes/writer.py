@@ -22,33 +22,47 @@ A failed start leaves ``failed_closed`` and no pane; a supervisor killed mid-sta
 leaves the lease retained, blocking conflicting writers until ``lease_reconcile`` ends it.
 
 ``release`` re-reads Git (HEAD and status digest must be the expected ones, else
-``git_precondition`` and the pane is untouched), then captures and closes the pane in
-one worker step at ``expected_seq``; the lease becomes ``released`` with the release
-HEAD, status digest and the caller's checkpoint. The worktree and branch are left as
-they are: nothing here writes to Git or to the worktree.
+``git_precondition`` and the pane is untouched), then imports the lane's new objects
+(those reachable from HEAD that the shared store lacks, each re-hashed: one that does not
+hash to its id is ``object_invalid``, the pane untouched) into the shared store
+(:mod:`supervisor.lanes.objects`), then captures and closes the pane in one worker step
+at ``expected_seq``; the lease becomes ``released`` with the release HEAD, status digest,
+the caller's checkpoint and the count imported. A close refused after the import leaves
+the objects imported (verified, harmless) and the lane running. The worktree and branch
+are left as they are.
+
+``close`` ends a lane by force, for a lane whose evidence cannot be read (an index it
+overwrote, a worktree it broke) or a release that cannot finish: under the controller
+lease (fence checked), its pane is killed whatever it is doing, nothing is checked or
+imported, and the lease becomes ``abandoned`` with the caller's reason. The branch and
+the private objects are left as they are.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
+from supervisor.confinement.nesting import refuse_inside_writable
 from supervisor.control.context import ControlContext
 from supervisor.control.controllers import Credentials
 from supervisor.control.fences import new_id
 from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease, WriterTerms
+from supervisor.lanes import objects
 from supervisor.lanes.closing import begin_close, finish_close
 from supervisor.lanes.git import Git
 from supervisor.lanes.grants import writer_grant
 from supervisor.lanes.provisioning import start_leased_pane
+from supervisor.lanes.recipes import capture
 from supervisor.lanes.refs import BRANCH_PREFIX, branch_ref, protected_refs, short_branch
 from supervisor.lanes.scopes import first_overlap, normalise_scopes
 from supervisor.profiles.policy import ProfileSet
+from supervisor.workers.subprocesses import ChildRunner
 
 # States from which a release may (again) be asked for.
 RELEASABLE = frozenset({"active", "release_failed"})
@@ -102,13 +116,23 @@ def _real_directory(path: str) -> str:
 
 
 class WriterLanes:
-    """writer_start, writer_list, writer_release."""
+    """writer_start, writer_list, writer_release, writer_close."""
 
-    def __init__(self, ctx: ControlContext, git: Git, profiles: Callable[[], ProfileSet]) -> None:
+    def __init__(
+        self,
+        ctx: ControlContext,
+        git: Git,
+        profiles: Callable[[], ProfileSet],
+        runner: ChildRunner,
+        environ: Mapping[str, str],
+    ) -> None:
         self._ctx = ctx
         self._git = git
         # The profiles in force (a reload replaces them): allow_unconfined_writers.
         self._profiles = profiles
+        # The object import's Git: the managed helpers, the service's PATH.
+        self._runner = runner
+        self._environ = dict(environ)
 
     def leases(self) -> list[PaneLease]:
         """Every writer lease, oldest first."""
@@ -211,6 +235,8 @@ class WriterLanes:
                 "the SHA-256 of `git status --porcelain=v1 --untracked-files=all` is "
                 f"{status.sha256}, not the expected one"
             )
+        # What verify will run: the recipes as the base commit has them now, recorded.
+        recipes = await capture(self._git, worktree, req.base_commit)
         terms = WriterTerms(
             repository=layout.common_dir,
             worktree=worktree,
@@ -222,6 +248,8 @@ class WriterLanes:
             locked_scopes=locked,
             protected_branches=list(req.protected_branches),
             ticket_ref=req.ticket_ref,
+            base_recipes=recipes,
+            recipes_captured=True,
         )
         return terms, layout.git_dir
 
@@ -245,6 +273,9 @@ class WriterLanes:
                 raise _conflict(f"locked scope {hit[0]!r} overlaps {hit[1]!r} owned by {who}")
         # Starting panes included: the registry records where a start runs in the same
         # step as it checks the writer worktrees (this lease's too, once it is saved).
+        refuse_inside_writable(
+            terms.worktree, self._ctx.registry.every_worker_pane(), None, "the worktree"
+        )
         inside = self._ctx.registry.panes_inside(terms.worktree)
         if inside:
             raise _conflict(f"pane {inside[0]!r} already runs in {terms.worktree}")
@@ -269,7 +300,7 @@ class WriterLanes:
                     ErrorCode.LEASE_STATE, f"writer lease {req.lease_id} is {lease.state}"
                 )
             terms = lease.writer
-            head, status_sha256 = await self._evidence(terms)
+            head, status_sha256, git_dir = await self._evidence(terms)
             if head != req.expected_head:
                 raise _precondition(f"HEAD is {head}, not the expected {req.expected_head}")
             if status_sha256 != req.expected_status_sha256:
@@ -277,8 +308,17 @@ class WriterLanes:
                     f"the status digest is {status_sha256}, not the expected one; "
                     "the worktree changed since you looked"
                 )
+            # Imported while the pane still runs, so a refusal closes nothing and no crash
+            # can leave a released lane whose objects never arrived. The lane may change
+            # its store meanwhile: index-pack hashes what it is given, so a swapped object
+            # lands under its own id, never under the one checked (then `object_invalid`).
+            store = self._store(terms, git_dir)
+            count = await objects.import_new(store, head, terms.base_commit)
             released_terms = msgspec.structs.replace(
-                terms, release_head=head, release_status_sha256=status_sha256
+                terms,
+                release_head=head,
+                release_status_sha256=status_sha256,
+                imported_objects=count,
             )
             self._ctx.authority.check(identity, creds)  # still live after reading Git
             job = begin_close(
@@ -300,8 +340,50 @@ class WriterLanes:
                 self._ctx.leases.save(current, state="release_failed", failure=exc.code.value)
             raise
 
-    async def _evidence(self, terms: WriterTerms) -> tuple[str, str]:
-        """HEAD and status digest of a lane's worktree, on its branch, as they are now."""
+    def _store(self, terms: WriterTerms, git_dir: str) -> objects.Store:
+        private = objects.private_dir(git_dir)
+        return objects.Store(terms.repository, private, self._environ, self._runner)
+
+    # ------------------------------------------------------------ forced close
+
+    async def close(
+        self, identity: str, creds: Credentials, lease_id: str, reason: str
+    ) -> PaneLease:
+        """End a writer lane by force: kill its pane, record ``abandoned`` (module doc)."""
+        async with self._ctx.stores.locks.hold("controller", "writer"):
+            ctl = self._ctx.authority.check(identity, creds)
+            lease = self._ctx.leases.get("writer", lease_id)
+            if lease.controller_id != ctl.controller_id:
+                raise PanewardenError(
+                    ErrorCode.LEASE_CONFLICT, f"writer lease {lease_id} is another controller's"
+                )
+            if lease.state not in RETAINED_STATES or lease.writer is None:
+                raise PanewardenError(
+                    ErrorCode.LEASE_STATE, f"writer lease {lease_id} is {lease.state}"
+                )
+            if self._ctx.leases.claimed(lease_id):
+                raise PanewardenError(
+                    ErrorCode.PANE_BUSY, f"lease {lease_id} is being started or closed"
+                )
+            terms = lease.writer
+            pane = self._ctx.leases.pane_of(lease)
+            # Claimed and `closing` first: a crash mid-kill is finished at the restart.
+            lease = self._ctx.leases.save(lease, state="closing")
+            self._ctx.leases.claim(lease)
+        try:
+            if pane is not None:
+                await self._ctx.lifecycle.remove(pane)
+            return self._ctx.leases.save(
+                lease,
+                state="abandoned",
+                failure="forced",
+                writer=msgspec.structs.replace(terms, close_reason=reason),
+            )
+        finally:
+            self._ctx.leases.unclaim(lease_id)
+
+    async def _evidence(self, terms: WriterTerms) -> tuple[str, str, str]:
+        """HEAD, status digest and git dir of a lane's worktree, on its branch, now."""
         layout = await self._git.layout(terms.worktree)
         if layout.common_dir != terms.repository or layout.toplevel != terms.worktree:
             raise _precondition(f"{terms.worktree} is no longer the lane's worktree")
@@ -312,4 +394,4 @@ class WriterLanes:
             )
         head = await self._git.head(terms.worktree)
         status = await self._git.status(terms.worktree)
-        return head, status.sha256
+        return head, status.sha256, layout.git_dir

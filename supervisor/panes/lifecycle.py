@@ -23,12 +23,14 @@ from protocol.messages import CAPTURE_QUIET_S, READ_QUIET_MAX_S, Close, Closed, 
 from protocol.names import NAME_RULE, is_valid_name
 from protocol.timing import KILL_GRACE_S
 from supervisor.config import ServiceConfig
+from supervisor.confinement.nesting import refuse_inside_writable
 from supervisor.confinement.pane import LaneGrant, PaneConfiner, PaneSandbox, network_exposes
 from supervisor.panes.driving import error_code, refuse_leased
 from supervisor.panes.pane import LeaseTag, Pane
 from supervisor.panes.records import RECORD_VERSION, PaneRecord, PaneRecords
 from supervisor.panes.registry import ADOPTION_WAIT_S, PaneRegistry
 from supervisor.procfs import process_start_ticks
+from supervisor.profiles.confinement import ConfineSettings
 from supervisor.profiles.policy import ProfileSet, WatchdogConfig
 from supervisor.workers import orphans
 from supervisor.workers.manager import WorkerHandle, WorkerManager
@@ -85,6 +87,7 @@ class PaneLifecycle:
         on_spawn: Callable[[str], None] | None = None,
         grant: LaneGrant | None = None,
         require_confined: bool = False,
+        within: Callable[[ConfineSettings], None] | None = None,
     ) -> Pane:
         """Start a pane under a launch profile; returns it once its worker is ready.
 
@@ -92,7 +95,8 @@ class PaneLifecycle:
         instance id as soon as the worker exists (before it is ready), so a lease can
         record which pane is its own before the pane is ever visible. ``grant`` is its
         lane's part of the sandbox; ``require_confined`` refuses to start it unconfined
-        (``sandbox_unavailable``) whatever its profile says.
+        (``sandbox_unavailable``) whatever its profile says; ``within`` checks the
+        profile's confinement, as resolved for this very start, and raises to refuse it.
         """
         if not is_valid_name(name):
             raise PanewardenError(ErrorCode.INVALID_ARGUMENT, f"pane {NAME_RULE}")
@@ -115,6 +119,8 @@ class PaneLifecycle:
             required = require_confined or any(
                 rules.launch.confined_only for rules in launch_rules_for(spec.agent, spec.argv)
             )
+            if within is not None:
+                within(spec.confinement)
             confined = self.confiner.confined(spec.confinement, required=required)
             sandbox: PaneSandbox | None = None
             if confined:
@@ -131,7 +137,11 @@ class PaneLifecycle:
                 )
             try:
                 # No await between this check of the directory and its record.
-                self._registry.place(name, spec.cwd, None if lease is None else lease.lease_id)
+                lease_id = None if lease is None else lease.lease_id
+                refuse_inside_writable(
+                    spec.cwd, self._registry.every_worker_pane(), lease_id, "the pane's cwd"
+                )
+                self._registry.place(name, spec.cwd, lease_id)
             except BaseException:
                 if sandbox is not None:
                     self.confiner.forget(sandbox.pane_dir)
@@ -171,6 +181,9 @@ class PaneLifecycle:
                 sandbox_dir=None if sandbox is None else sandbox.pane_dir,
                 network=spec.confinement.network if confined else "",
                 network_exposes=network_exposes(spec.confinement) if confined else "",
+                confinement=spec.confinement if confined else None,
+                sandbox_writable=() if sandbox is None else sandbox.writable,
+                sandbox_read_only=() if sandbox is None else sandbox.read_only,
             )
             # Tracked before the process exists: its first frames find the pane.
             self._registry.track(pane)
@@ -201,6 +214,10 @@ class PaneLifecycle:
                 ErrorCode.SPAWN_FAILED, f"cannot start {spec.argv[0]!r}: {hello.spawn_error}"
             )
         return pane
+
+    def confinement_of(self, profile: str) -> ConfineSettings:
+        """The confinement profile ``profile`` has now (``profile_not_found``)."""
+        return self._profiles().get(profile).confinement
 
     def agent_of(self, profile: str) -> str:
         """The agent kind of a launch profile; raises profile_not_found."""
@@ -277,6 +294,8 @@ class PaneLifecycle:
                 sandbox_dir=self.confiner.pane_dir_of(rec.name) if rec.confined else None,
                 network=rec.network,
                 network_exposes=rec.network_exposes,
+                # Its record keeps no grant: at least its cwd is what it writes.
+                sandbox_writable=(rec.cwd,) if rec.confined else (),
             )
             task = loop.create_task(self._finish_adoption(pane), name=f"adopt-{rec.name}")
             self._registry.adopting(pane, task)
@@ -330,7 +349,8 @@ class PaneLifecycle:
         pane = await self._registry.ready(name)
         if pane.closing:
             raise PanewardenError(ErrorCode.NOT_FOUND, f"pane {name!r} is being removed")
-        refuse_leased(pane, "remove_pane")
+        if pane.lease is None or not pane.lease.started_by_pane:
+            refuse_leased(pane, "remove_pane")
         return await self.remove(pane)
 
     async def remove(self, pane: Pane) -> tuple[int | None, int]:

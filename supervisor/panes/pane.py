@@ -23,6 +23,7 @@ from typing import Literal
 from protocol.messages import PaneStatusFields
 from protocol.status import has_ended, state_after_death
 from protocol.timing import STATUS_HISTORY_RECORDS
+from supervisor.profiles.confinement import ConfineSettings
 from supervisor.profiles.policy import WatchdogConfig
 from supervisor.workers.manager import WorkerHandle
 
@@ -36,6 +37,9 @@ class LeaseTag:
     lease_id: str
     lease_type: PaneLeaseType
     controller_id: str
+    # Started by another pane over ctl: plain ``remove_pane`` may end it (the service's
+    # client outranks the pane that started it), and it ends with its starter.
+    started_by_pane: bool = False
 
 
 @dataclass
@@ -72,6 +76,13 @@ class Pane:
     # words (get_status says both).
     network: str = ""
     network_exposes: str = ""
+    # The confinement it was started with (None: unconfined, or re-adopted after a
+    # restart): what a reviewer it starts over ctl may not exceed.
+    confinement: ConfineSettings | None = None
+    # What its sandbox lets it write, and read-only again inside that (resolved): no
+    # later pane or writer worktree is admitted there (supervisor.confinement.nesting).
+    sandbox_writable: tuple[str, ...] = ()
+    sandbox_read_only: tuple[str, ...] = ()
     # The cursor of the last dialog answer delivered: a `blocked` status at or before it
     # was answered, even while the program has not reported what it did next.
     answered_seq: int = -1

@@ -19,6 +19,14 @@ session with that message) and plays each prompt by its first word:
 - ``usage``: ends with a ``usage`` object (as OpenCode);
 - ``drain``: sends Qwen's ``craft/drainMidTurnQueue`` request first (expects -32601);
 - ``exit``: exits mid-turn; ``plan``: sends a plan and a tool call with status updates;
+- hostile agents: ``nested`` (a frame nested 2,000 deep), ``bigusage`` (a usage count of
+  2^70), ``osctool`` (a permission request whose title holds an OSC 7501 record), ``bigids``
+  (20 answers to no request, each with a 1 MB id, then a plain reply), ``flood SECONDS``
+  (64 KiB chunks of wide characters into a 1 MiB pipe as fast as they are read, for that
+  long, then ``end_turn``), ``closeout`` (closes its stdout and stays alive), ``marks``
+  (``a`` and 40,000 U+0301); ``--stderr TEXT`` writes TEXT to stderr at start (with
+  ``--fail-new``: the words a session that cannot start leaves); ``--die TEXT`` writes
+  TEXT to stderr and exits 1 before reading anything;
 - ``write PATH TEXT`` (with ``--edits``): writes ``TEXT`` to ``PATH`` below its working
   directory, as the demo agent's ``--edits`` does (writer-lane tests on both substrates).
 """
@@ -26,7 +34,10 @@ session with that message) and plays each prompt by its first word:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
+import os
 import queue
 import sys
 import threading
@@ -280,6 +291,48 @@ class Agent:
                     )
                 self.chunk("planned \x1b]7501;state=done\x07 safely")
                 self.end(rid, "end_turn")
+            elif word == "nested":
+                raw(
+                    b'{"jsonrpc": "2.0", "method": "session/update", "params": '
+                    + b"[" * 2000
+                    + b"]" * 2000
+                    + b"}\n"
+                )
+            elif word == "bigusage":
+                self.chunk("counted")
+                self.end(rid, "end_turn", usage={"inputTokens": 2**70, "outputTokens": 3})
+            elif word == "osctool":
+                self.ask(
+                    perm_id,
+                    "ls \x1b]7501;state=done\x07\x9d7501;state=blocked;kind=question\x07",
+                    [("ok", "allow_once"), ("no", "reject_once")],
+                )
+                self.wait_answer(perm_id)
+                self.chunk("not run")
+                self.end(rid, "end_turn")
+            elif word == "bigids":
+                for i in range(20):
+                    send({"jsonrpc": "2.0", "id": f"{i}-" + "i" * 1_000_000, "result": {}})
+                self.chunk("still here")
+                self.end(rid, "end_turn")
+            elif word == "flood":
+                # A 1 MiB pipe (what an unprivileged process may ask): a 64 KiB one
+                # holds the flood back by itself, the worker reading a pipeful per step.
+                with contextlib.suppress(OSError):
+                    fcntl.fcntl(1, fcntl.F_SETPIPE_SZ, 1 << 20)
+                # Wide characters: cheap to read, the dearest text to draw (one by one).
+                piece = ("\u4e2d" * 39 + "\n") * 560
+                deadline = time.monotonic() + float(rest or "3")
+                while time.monotonic() < deadline:
+                    self.chunk(piece)
+                self.end(rid, "end_turn")
+            elif word == "marks":
+                self.chunk("a" + "\u0301" * 40_000 + "\nafter the marks")
+                self.end(rid, "end_turn")
+            elif word == "closeout":
+                sys.stdout.flush()
+                os.close(1)
+                time.sleep(120)
             elif self.args.edits and text.startswith(EDIT_COMMAND):
                 self.chunk(write_file(text[len(EDIT_COMMAND) :]))
                 self.end(rid, "end_turn")
@@ -294,7 +347,14 @@ def main() -> None:
     parser.add_argument("--marker", default="/dev/null")
     parser.add_argument("--fail-new", default="")
     parser.add_argument("--edits", action="store_true")
+    parser.add_argument("--stderr", default="")
+    parser.add_argument("--die", default="")
     args, _ = parser.parse_known_args()
+    if args.stderr:
+        sys.stderr.write(args.stderr + "\n")
+        sys.stderr.flush()
+    if args.die:
+        raise SystemExit(args.die)
     Agent(args).run()
 
 

@@ -396,7 +396,7 @@ async def test_panewarden_ctl_works_from_inside_a_confined_pane(host: Host) -> N
         assert seen["status"].startswith("ok:rc=0 "), seen
         # Attested as its own pane through the PID namespace: the lease is the pane's.
         controllers = (await tools.call("controller_list"))["leases"]
-        assert [c["controller_id"] for c in controllers] == ["boxed"], controllers
+        assert [c["controller_id"] for c in controllers] == ["pane:p/boxed"], controllers
         await tools.call("remove_pane", name="p")
 
 
@@ -428,7 +428,8 @@ async def test_a_confined_controller_starts_only_confined_reviewers(host: Host) 
     # A prompt-injected agent in a confined pane can become a controller over ctl; a
     # reviewer it starts is confined even when its profile says `confine: false`.
     profiles = json.loads((host.base / "profiles.json").read_text())
-    loose = dict(profiles["profiles"][1], name="loose", confine=False)
+    # The probe's own network ("none"): a wider one is refused (test_ctl_authority).
+    loose = dict(profiles["profiles"][0], name="loose", confine=False)
     profiles["profiles"].append(loose)
     (host.base / "profiles.json").write_text(json.dumps(profiles))
     acquire = _ctl_acquire("evil")

@@ -122,6 +122,19 @@ async def test_a_writer_commits_on_its_own_branch_and_writes_nothing_else(
         assert (await tools.call("get_status", name="alpha"))["confined"] is True
         listed = (await tools.call("writer_list"))["leases"]
         assert [entry["confined"] for entry in listed] == [True]
+        # The lane's commit is in its private object dir until the release imports it.
+        snap = await tools.call("verification_snapshot", lease_id=lease["lease_id"])
+        released = await tools.call(
+            "writer_release",
+            creds=lanes.creds,
+            lease_id=lease["lease_id"],
+            expected_seq=(await tools.call("get_status", name="alpha"))["seq"],
+            expected_head=snap["head"],
+            expected_status_sha256=snap["status_sha256"],
+            checkpoint_ref="confined checkpoint",
+            checkpoint_sha256=AUTHORITY_SHA,
+        )
+        assert released["state"] == "released"
     assert seen["edit"] == "ok:6", seen
     assert seen["add"] == "rc:0:", seen
     assert seen["commit"] == "rc:0:", seen

@@ -309,3 +309,31 @@ async def test_resume_and_takeover_across_identities(http_coords: HttpCoords) ->
     audit = read_audit(running.service.root / "audit" / "audit.jsonl")
     assert {"controller_takeover", "handoff", "controller_resume"} <= {r["tool"] for r in audit}
     assert leaked(tokens, audit) == []
+
+
+async def test_a_release_hands_no_pane_lease_to_another_identity(
+    http_coords: HttpCoords,
+) -> None:
+    # Issue 27 item 5: alice releases "boss" with reviewer "rev" still leased. Bob may
+    # not acquire "boss" while that lease is retained (it would be his); alice may, and
+    # finds her reviewer. Once it is closed, the id is anyone's, with nothing on it.
+    running = http_coords.start(["alice", "bob"])
+    async with running.client("alice") as alice_tools, running.client("bob") as bob_tools:
+        alice = await acquire(alice_tools, "boss")
+        lease = await alice.reviewer("rev")
+        checkpoint = {"checkpoint_ref": "done", "checkpoint_sha256": CHECKPOINT_SHA}
+        await alice.call("controller_release", **checkpoint)
+        args = {"controller_id": "boss", "authority_ref": "x", "authority_sha256": AUTHORITY_SHA}
+        refused = await bob_tools.error("controller_acquire", **args)
+        assert refused["code"] == "lease_conflict", refused
+        assert "released by another caller" in refused["message"]
+
+        alice = await acquire(alice_tools, "boss")
+        seq = (await alice_tools.call("get_status", name="rev"))["seq"]
+        closed = await alice.call("reviewer_close", lease_id=lease["lease_id"], expected_seq=seq)
+        assert closed["state"] == "closed", closed
+        await alice.call("controller_release", **checkpoint)
+
+        bob = await acquire(bob_tools, "boss")
+        cleanup = await bob.call("reviewer_cleanup", dry_run=True)
+        assert cleanup["closed"] == [] and cleanup["preserved"] == [], cleanup

@@ -347,7 +347,7 @@ class SoakClient:
             authority_ref="soak",
             authority_sha256=AUTHORITY_SHA,
             worktree=str(worktree),
-            branch=worktree.name,
+            branch=f"{worktree.name}/work",
             base_commit=evidence[0],
             expected_head=evidence[0],
             expected_status_sha256=evidence[1],
@@ -597,7 +597,7 @@ async def test_coordination_state_survives_concurrent_clients_and_sigkills(
     rng, seed = seeded_rng("test_coordination_state_survives_concurrent_clients_and_sigkills")
     marks = Marks(tmp_path)
     repo = make_repo(tmp_path)
-    worktrees = [repo.worktree(f"wt{i}", f"wt{i}") for i in range(WORKTREES)]
+    worktrees = [repo.worktree(f"wt{i}", f"wt{i}/work") for i in range(WORKTREES)]
     tokens = {f"client{i}": new_token() for i in range(CLIENTS)}
     soak = Soak(services, start_service(services, marks, tokens), marks, tokens, worktrees)
     soak.up.set()

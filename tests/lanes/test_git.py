@@ -52,7 +52,13 @@ async def test_linked_worktrees_are_told_from_the_primary_checkout_and_clones(
     repo: Repo, tmp_path: Path
 ) -> None:
     runner = Recording()
-    env = {**HOST, "GIT_DIR": "/nonexistent", "GIT_WORK_TREE": "/", "GIT_CONFIG_GLOBAL": "/x"}
+    env = {
+        **HOST,
+        "GIT_DIR": "/nonexistent",
+        "GIT_WORK_TREE": "/",
+        "GIT_CONFIG_GLOBAL": "/x",
+        "PANEWARDEN_TOKEN_FILE": "/secret/token",
+    }
     gitq = Git(runner, env)
     wt = repo.worktree("wt-a", "lane-a")
     clone = tmp_path / "clone"
@@ -71,11 +77,15 @@ async def test_linked_worktrees_are_told_from_the_primary_checkout_and_clones(
 
     for argv, child_env in runner.calls:
         assert argv[:4] == ["git", "--no-pager", "--no-optional-locks", "-C"]
-        # Nothing of the supervisor's environment but PATH (its GIT_DIR above among it).
+        # Nothing of the supervisor's environment but PATH (its GIT_DIR above among it):
+        # the git dirs are the ones the supervisor resolved from the worktree's files.
         assert child_env["PATH"] == HOST["PATH"] and child_env["HOME"] == "/nonexistent"
         assert child_env["GIT_CONFIG_GLOBAL"] == "/dev/null"
         assert child_env["GIT_CONFIG_NOSYSTEM"] == "1"
-        assert not {"GIT_DIR", "GIT_WORK_TREE"} & set(child_env)
+        assert child_env.get("GIT_DIR") != "/nonexistent"
+        assert child_env.get("GIT_WORK_TREE") != "/"
+        assert not [key for key in child_env if key.startswith("PANEWARDEN")]
+        assert "/secret/token" not in child_env.values()
 
 
 async def test_the_status_digest_is_that_of_the_command_line(repo: Repo) -> None:
@@ -143,7 +153,18 @@ def _plain_status(wt: Path) -> None:
     )
 
 
-def _expected_digest(wt: Path, base: str) -> str:
+def _entry(wt: Path, name: bytes) -> bytes:
+    path = wt / os.fsdecode(name)
+    if path.is_symlink():
+        kind, data = b"link", os.readlink(path).encode()
+    else:
+        kind = b"exec" if os.stat(path).st_mode & 0o111 else b"file"
+        data = path.read_bytes()
+    sha = hashlib.sha256(data).hexdigest().encode()
+    return b"%s %d %s %d %s\n" % (kind, len(name), name, len(data), sha)
+
+
+def _expected_digest(wt: Path, base: str, scopes: Sequence[str] = ()) -> str:
     """worktree_sha256 from its documented format, with the git command line."""
     diff = subprocess.run(
         ["git", "-C", str(wt), "diff", "--binary", "--full-index", "--no-color",
@@ -151,17 +172,19 @@ def _expected_digest(wt: Path, base: str) -> str:
         env=GIT_ENV, capture_output=True, timeout=30, check=True,
     ).stdout  # fmt: skip
     names = git(wt, "ls-files", "--others", "--exclude-standard", "-z").split("\0")
-    h = hashlib.sha256(b"panewarden-worktree-v1\n")
+    h = hashlib.sha256(b"panewarden-worktree-v2\n")
     h.update(b"diff %d %s\n" % (len(diff), hashlib.sha256(diff).hexdigest().encode()))
     for name in sorted(os.fsencode(n) for n in names if n):
-        path = wt / os.fsdecode(name)
-        if path.is_symlink():
-            kind, data = b"link", os.readlink(path).encode()
-        else:
-            kind = b"exec" if os.stat(path).st_mode & 0o111 else b"file"
-            data = path.read_bytes()
-        sha = hashlib.sha256(data).hexdigest().encode()
-        h.update(b"%s %d %s %d %s\n" % (kind, len(name), name, len(data), sha))
+        h.update(_entry(wt, name))
+    ignored: list[str] = []
+    if scopes:
+        listed = git(
+            wt, "ls-files", "--others", "--ignored", "--exclude-standard", "-z", "--", *scopes
+        )
+        ignored = [n for n in listed.split("\0") if n]
+    h.update(b"ignored %d\n" % len(ignored))
+    for name in sorted(os.fsencode(n) for n in ignored):
+        h.update(_entry(wt, name))
     return h.hexdigest()
 
 
@@ -188,4 +211,15 @@ async def test_the_worktree_digest_follows_its_format_and_sees_every_change(repo
     (wt / "out" / "ignored.txt").write_text("ignored by .gitignore\n")
     ignored = await digest()
     assert len({clean, committed, untracked, executable}) == 4
+    # Ignored outside the lane's owned scopes (a recipe's outputs): not in the digest.
     assert ignored == executable
+    # Ignored inside them (the lane wrote it, and made it ignored): in it.
+    (wt / "src" / "shadow").mkdir()
+    (wt / "src" / "shadow" / ".gitignore").write_text("*\n")
+    (wt / "src" / "shadow" / "__init__.py").write_text("ANSWER = 0\n")
+    scoped = await worktree_digest(gitq, str(wt), repo.base, ["src"])
+    assert scoped.sha256 == _expected_digest(wt, repo.base, ["src"])
+    assert scoped.ignored == ("src/shadow/.gitignore", "src/shadow/__init__.py")
+    assert await digest() == executable
+    (wt / "src" / "shadow" / "__init__.py").write_text("ANSWER = 1\n")
+    assert (await worktree_digest(gitq, str(wt), repo.base, ["src"])).sha256 != scoped.sha256

@@ -120,12 +120,11 @@ def _marker_filter(tmp: Path, name: str) -> str:
     return str(program)
 
 
-async def test_a_submodules_own_filter_drivers_are_neutralised_too(
-    repo: Repo, tmp_path: Path
-) -> None:
-    """Git looks into a checked-out submodule by running Git there, which reads the
-    submodule's config: an absorbed submodule's and an embedded repository's filter
-    drivers are neutralised as the superproject's are."""
+async def test_git_never_looks_into_an_absorbed_submodule(repo: Repo, tmp_path: Path) -> None:
+    """Git looks into a checked-out submodule by running Git there, under the
+    submodule's own config; the service's Git never does (``--ignore-submodules=dirty``),
+    so its filter never runs, and the status digest is what the operator's shell prints
+    when the submodule is clean."""
     wt = repo.worktree("wt-a", "lane-a")
     library = tmp_path / "library"
     library.mkdir()
@@ -135,27 +134,18 @@ async def test_a_submodules_own_filter_drivers_are_neutralised_too(
     git(library, "add", "-A")
     git(library, "commit", "-q", "-m", "library")
     git(wt, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library), "lib")
-    embedded = wt / "embedded"
-    embedded.mkdir()
-    (embedded / ".gitattributes").write_text("* filter=emb\n")
-    (embedded / "e.txt").write_text("embedded\n")
-    git(embedded, "init", "-q", "-b", "main")
-    git(embedded, "add", "-A")
-    git(embedded, "commit", "-q", "-m", "embedded")
-    git(wt, "add", "embedded")
-    git(wt, "commit", "-q", "-m", "two submodules")
+    git(wt, "commit", "-q", "-m", "a submodule")
     git(wt / "lib", "config", "filter.sub.clean", _marker_filter(tmp_path, "submodule"))
-    git(embedded, "config", "filter.emb.clean", _marker_filter(tmp_path, "embedded"))
     log = tmp_path / "ran.log"
 
     def touch() -> None:
-        for path in (wt / "lib" / "lib.txt", embedded / "e.txt"):
-            info = os.stat(path)
-            os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns - 10_000_000_000))
+        path = wt / "lib" / "lib.txt"
+        info = os.stat(path)
+        os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns - 10_000_000_000))
 
     touch()
     _plain(wt, "status", "--porcelain=v1", "--untracked-files=all")
-    assert set(log.read_text().split()) == {"submodule", "embedded"}, "the setup is not live"
+    assert set(log.read_text().split()) == {"submodule"}, "the setup is not live"
     log.unlink()
     touch()
     gitq = Git(ManagedChildren().run, HOST)
@@ -171,18 +161,57 @@ async def test_a_submodules_own_filter_drivers_are_neutralised_too(
     )
 
 
+async def test_an_embedded_repository_or_a_linked_git_dir_is_refused(
+    repo: Repo, tmp_path: Path
+) -> None:
+    """A ``.git`` below the worktree's top that is a directory (an embedded repository,
+    at any depth, ignored or not) or a link is ``git_precondition`` naming it, before any
+    Git that reads the index runs; its filter never runs."""
+    wt = repo.worktree("wt-a", "lane-a")
+    log = tmp_path / "ran.log"
+    gitq = Git(ManagedChildren().run, HOST)
+    outer = wt / "src" / "outer"
+    inner = outer / "deep" / "inner"
+    for path in (outer, inner):
+        path.mkdir(parents=True)
+        (path / ".gitattributes").write_text("* filter=emb\n")
+        (path / "e.txt").write_text("embedded\n")
+        git(path, "init", "-q", "-b", "main")
+    git(inner, "add", "-A")
+    git(inner, "commit", "-q", "-m", "inner")
+    git(outer, "add", "-A")
+    git(outer, "commit", "-q", "-m", "outer")
+    git(wt, "add", "src/outer")
+    for path in (outer, inner):
+        git(path, "config", "filter.emb.clean", _marker_filter(tmp_path, "embedded"))
+        (path / "e.txt").touch()
+    for call in (gitq.status(str(wt)), gitq.diff_from(str(wt), repo.base), gitq.untracked(str(wt))):
+        with pytest.raises(PanewardenError) as caught:
+            await call
+        assert caught.value.code.value == "git_precondition"
+        assert f"{outer / '.git'} is an embedded repository" in caught.value.message
+    git(wt, "reset", "-q", "--", "src/outer")
+    (outer / ".git").rename(tmp_path / "outer.git")
+    (outer / ".git").symlink_to(tmp_path / "outer.git")
+    (wt / "src" / ".gitignore").write_text("*\n")
+    with pytest.raises(PanewardenError) as caught:
+        await gitq.status(str(wt))
+    assert f"{outer / '.git'} is a symbolic link" in caught.value.message
+    assert not log.exists(), log.read_text()
+
+
 @pytest.mark.timeout(180)
 async def test_no_writer_or_verification_tool_runs_a_repository_program(lanes: Lanes) -> None:
     """writer_start, verification_snapshot, verify and writer_release on a hostile repository:
     not one marker, and every index byte-identical with the same mtime after each."""
     repo = lanes.repo
-    wt = repo.worktree("wt-a", "lane-a")
+    wt = repo.worktree("wt-a", "lane-a/work")
     hostile = make_hostile(repo, wt)
     (wt / "src" / "a.py").write_text("def answer() -> int:\n    return 43\n")
     (wt / "notes.txt").write_text("untracked\n")
     _live(hostile, wt, repo.base)
     # The evidence, as the coordinator's shell reads it (running the programs).
-    args = lanes.writer_args("alpha", wt, "lane-a", ["src"])
+    args = lanes.writer_args("alpha", wt, "lane-a/work", ["src"])
     hostile.log.unlink(missing_ok=True)
     hostile.touch(wt)
     before = hostile.fingerprint()

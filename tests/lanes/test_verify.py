@@ -58,8 +58,8 @@ def repo(tmp_path: Path, listener: socket.socket) -> Repo:
 async def _lane(
     lanes: Lanes, name: str = "alpha", wt_name: str = "wt-a"
 ) -> tuple[dict[str, Any], Path]:
-    wt = lanes.repo.worktree(wt_name, f"lane-{name}")
-    lease = await lanes.start(name, wt, f"lane-{name}", [f"src/{name}.py"])
+    wt = lanes.repo.worktree(wt_name, f"lane-{name}/work")
+    lease = await lanes.start(name, wt, f"lane-{name}/work", [f"src/{name}.py"])
     await lanes.tools.wait(name, until=["idle"])
     return lease, wt
 
@@ -79,7 +79,7 @@ async def test_recipes_run_sandboxed_and_leave_content_free_records(
     tools = lanes.tools
     lease, wt = await _lane(lanes)
     snap = await tools.call("verification_snapshot", lease_id=lease["lease_id"])
-    assert snap["head"] == lanes.repo.base and snap["branch"] == "lane-alpha"
+    assert snap["head"] == lanes.repo.base and snap["branch"] == "lane-alpha/work"
     assert snap["pane_state"] == "idle" and snap["untracked_files"] == 0
 
     passed = await _verify(lanes, lease, "tests")
@@ -182,8 +182,11 @@ async def test_a_worktree_changed_during_the_run_is_invalidated(lanes: Lanes) ->
 def _sandbox_running(wt: Path) -> bool:
     for proc in psutil.process_iter(["name", "cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        # A recipe's sandbox (its own session), not the writer pane's (also bwrap, in wt).
-        if proc.info["name"] == "bwrap" and str(wt) in cmdline and "--new-session" in cmdline:
+        # A recipe's sandbox (its own session, run in wt), not the writer pane's (also
+        # bwrap, in wt) nor one of the service's own Git commands (its own session, in /).
+        if proc.info["name"] != "bwrap" or "--new-session" not in cmdline:
+            continue
+        if "--chdir" in cmdline and cmdline[cmdline.index("--chdir") + 1] == str(wt):
             return True
     return False
 

@@ -159,8 +159,8 @@ def _sockets(service: Service) -> list[Path]:
 async def test_a_recipe_reads_and_reaches_nothing_of_the_service(
     lanes: Lanes, service: Service
 ) -> None:
-    wt = lanes.repo.worktree("wt-probe", "lane-probe")
-    lease = await lanes.start("probe", wt, "lane-probe", ["src/probe.py"])
+    wt = lanes.repo.worktree("wt-probe", "lane-probe/work")
+    lease = await lanes.start("probe", wt, "lane-probe/work", ["src/probe.py"])
     await lanes.tools.wait("probe", until=["idle"])
     sockets = _sockets(service)
     assert any(p.name == "supervisor.ipc" for p in sockets), sockets

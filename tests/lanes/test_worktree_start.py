@@ -36,8 +36,8 @@ async def _panes_in(lanes: Lanes, worktree: Path) -> list[str]:
 
 async def test_a_plain_start_into_a_writers_worktree_is_refused(lanes: Lanes) -> None:
     repo = lanes.repo
-    wt = repo.worktree("wt-a", "lane-a")
-    lease = await lanes.start("writer", wt, "lane-a", ["src"])
+    wt = repo.worktree("wt-a", "lane-a/work")
+    lease = await lanes.start("writer", wt, "lane-a/work", ["src"])
     assert lease["state"] == "active"
     for cwd in (wt, wt / "src"):
         code = await _outcome(lanes, "start_pane", name="squatter", profile="demo", cwd=str(cwd))
@@ -61,8 +61,8 @@ async def test_a_plain_start_while_a_writer_is_starting_is_refused(lanes: Lanes)
     run, in a new worktree, up to ``STARTING_ROUNDS``; at least one must catch it."""
     caught = 0
     for i in range(STARTING_ROUNDS):
-        wt = lanes.repo.worktree(f"wt-s{i}", f"lane-s{i}")
-        args = lanes.writer_args(f"writer-s{i}", wt, f"lane-s{i}", [f"scope-s{i}"])
+        wt = lanes.repo.worktree(f"wt-s{i}", f"lane-s{i}/work")
+        args = lanes.writer_args(f"writer-s{i}", wt, f"lane-s{i}/work", [f"scope-s{i}"])
         outcomes: dict[str, str] = {}
 
         async def writer(into: dict[str, str] = outcomes, writer_args: Any = args) -> None:
@@ -93,8 +93,8 @@ async def test_a_plain_start_while_a_writer_is_starting_is_refused(lanes: Lanes)
 
 async def test_a_plain_start_and_a_writer_start_at_once_never_both_get_in(lanes: Lanes) -> None:
     for i in range(ROUNDS):
-        wt = lanes.repo.worktree(f"wt-{i}", f"lane-{i}")
-        args = lanes.writer_args(f"writer-{i}", wt, f"lane-{i}", [f"scope-{i}"])
+        wt = lanes.repo.worktree(f"wt-{i}", f"lane-{i}/work")
+        args = lanes.writer_args(f"writer-{i}", wt, f"lane-{i}/work", [f"scope-{i}"])
         outcomes: dict[str, str] = {}
 
         async def run(

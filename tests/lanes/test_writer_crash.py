@@ -56,8 +56,8 @@ def _retained(leases: list[dict[str, Any]]) -> list[dict[str, Any]]:
 async def test_a_kill_mid_start_leaves_a_blocking_lease_until_reconciled(
     tmp_path: Path, state_dir: Path, repo: Repo
 ) -> None:
-    wt_a = repo.worktree("wt-a", "lane-a")
-    wt_b = repo.worktree("wt-b", "lane-b")
+    wt_a = repo.worktree("wt-a", "lane-a/work")
+    wt_b = repo.worktree("wt-b", "lane-b/work")
     env = {
         "PANEWARDEN_PROFILES": str(profiles_file(tmp_path)),
         "PANEWARDEN_ORPHAN_GRACE_S": "0.5",
@@ -80,7 +80,7 @@ async def test_a_kill_mid_start_leaves_a_blocking_lease_until_reconciled(
                 }
                 lanes = Lanes(tools, creds, repo)
                 supervisor = int((state_dir / "supervisor.lock").read_text())
-                args = lanes.writer_args("alpha", wt_a, "lane-a", ["src"])
+                args = lanes.writer_args("alpha", wt_a, "lane-a/work", ["src"])
 
                 async def doomed() -> None:
                     with contextlib.suppress(*CLIENT_GONE):
@@ -121,10 +121,12 @@ async def test_a_kill_mid_start_leaves_a_blocking_lease_until_reconciled(
             assert (await tools.call("list_panes"))["panes"] == []
 
             # Retained: the same worktree, an overlapping scope, a locked one, all refused.
-            assert await lanes.refused("again", wt_a, "lane-a", ["docs"]) == "scope_conflict"
-            assert await lanes.refused("beta", wt_b, "lane-b", ["src/a.py"]) == "scope_conflict"
+            assert await lanes.refused("again", wt_a, "lane-a/work", ["docs"]) == "scope_conflict"
             assert (
-                await lanes.refused("beta", wt_b, "lane-b", ["tests"], locked=["src"])
+                await lanes.refused("beta", wt_b, "lane-b/work", ["src/a.py"]) == "scope_conflict"
+            )
+            assert (
+                await lanes.refused("beta", wt_b, "lane-b/work", ["tests"], locked=["src"])
                 == "scope_conflict"
             )
             assert len(_retained((await tools.call("writer_list"))["leases"])) == 1
@@ -134,7 +136,9 @@ async def test_a_kill_mid_start_leaves_a_blocking_lease_until_reconciled(
             reconcile = {"creds": creds, "lease_type": "writer", "lease_id": held["lease_id"]}
             dry = await tools.call("lease_reconcile", **reconcile)
             assert dry["action"] == "would_terminalise"
-            assert await lanes.refused("beta", wt_b, "lane-b", ["src/a.py"]) == "scope_conflict"
+            assert (
+                await lanes.refused("beta", wt_b, "lane-b/work", ["src/a.py"]) == "scope_conflict"
+            )
             done = await tools.call("lease_reconcile", dry_run=False, **reconcile)
             assert done == {
                 "lease_id": held["lease_id"],
@@ -142,7 +146,7 @@ async def test_a_kill_mid_start_leaves_a_blocking_lease_until_reconciled(
                 "state": "failed_closed",
             }
 
-            beta = await lanes.start("beta", wt_b, "lane-b", ["src/a.py"])
+            beta = await lanes.start("beta", wt_b, "lane-b/work", ["src/a.py"])
             assert beta["state"] == "active"
             leases = (await tools.call("writer_list"))["leases"]
             assert [(x["name"], x["state"]) for x in leases] == [

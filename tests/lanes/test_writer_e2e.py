@@ -52,13 +52,13 @@ async def _ask(lanes: Lanes, requests: list[dict[str, str]]) -> None:
 async def test_two_writer_lanes_edit_verify_and_release(lanes: Lanes, profile: str) -> None:
     # On terminal panes (the demo agent) and on ACP panes (the fake ACP agent).
     tools, repo = lanes.tools, lanes.repo
-    wt_a = repo.worktree("wt-a", "lane-a")
-    wt_b = repo.worktree("wt-b", "lane-b")
+    wt_a = repo.worktree("wt-a", "lane-a/work")
+    wt_b = repo.worktree("wt-b", "lane-b/work")
     alpha = await lanes.start(
-        "alpha", wt_a, "lane-a", ["src/a.py"], locked=["tests"], profile=profile
+        "alpha", wt_a, "lane-a/work", ["src/a.py"], locked=["tests"], profile=profile
     )
     beta = await lanes.start(
-        "beta", wt_b, "lane-b", ["docs", "src/b.py"], locked=["tests"], profile=profile
+        "beta", wt_b, "lane-b/work", ["docs", "src/b.py"], locked=["tests"], profile=profile
     )
     for name in ("alpha", "beta"):
         await tools.wait(name, until=["idle"])
@@ -109,8 +109,8 @@ async def test_two_writer_lanes_edit_verify_and_release(lanes: Lanes, profile: s
     assert (await tools.call("list_panes"))["panes"] == []
     for lease, wt in ((alpha, wt_a), (beta, wt_b)):
         assert (tree_fingerprint(wt), head(wt), status_sha256(wt)) == prints[lease["name"]]
-    assert git(wt_a, "branch", "--show-current") == "lane-a"
-    assert git(wt_b, "branch", "--show-current") == "lane-b"
+    assert git(wt_a, "branch", "--show-current") == "lane-a/work"
+    assert git(wt_b, "branch", "--show-current") == "lane-b/work"
     assert await _view(lanes) == (
         [("alpha", "released"), ("beta", "released")],
         [("alpha", "tests", "failed"), ("beta", "tests", "passed"), ("alpha", "tests", "passed")],

@@ -18,8 +18,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
 async def test_release_checks_seq_and_git_then_leaves_every_byte_in_place(lanes: Lanes) -> None:
     tools, repo = lanes.tools, lanes.repo
-    wt = repo.worktree("wt-a", "lane-a")
-    lease = await lanes.start("alpha", wt, "lane-a", ["src"])
+    wt = repo.worktree("wt-a", "lane-a/work")
+    lease = await lanes.start("alpha", wt, "lane-a/work", ["src"])
     seen = await tools.wait("alpha", until=["idle"])
     # The lane's work: a commit, an unstaged edit, a staged file and an untracked one.
     (wt / "src" / "a.py").write_text("def answer() -> int:\n    return 41 + 1\n")
@@ -78,8 +78,8 @@ async def test_release_checks_seq_and_git_then_leaves_every_byte_in_place(lanes:
     # Nothing under the worktree or the repository changed, not even the index.
     assert after == before
     assert snapshot_after["worktree_sha256"] == snapshot_before["worktree_sha256"]
-    assert git(wt, "branch", "--show-current") == "lane-a"
-    assert git(repo.root, "rev-parse", "lane-a") == expected_head
+    assert git(wt, "branch", "--show-current") == "lane-a/work"
+    assert git(repo.root, "rev-parse", "lane-a/work") == expected_head
     assert status_sha256(wt) == expected_status
     again = await tools.error("writer_release", expected_seq=now["seq"], **release)
     assert again["code"] == "lease_state"
@@ -108,8 +108,8 @@ async def test_a_release_at_the_settle_captures_the_reply_drawn_after_it(lanes: 
     assert final is not None, "the witness never drew its reply"
     expected = hashlib.sha256(final.encode()).hexdigest()
 
-    wt = repo.worktree("wt-late", "lane-late")
-    lease = await lanes.start("late", wt, "lane-late", ["src"], profile="scripted")
+    wt = repo.worktree("wt-late", "lane-late/work")
+    lease = await lanes.start("late", wt, "lane-late/work", ["src"], profile="scripted")
     await tools.wait("late", until=["idle"])
     receipt_id = (await tools.call("relay", creds=lanes.creds, name="late", text=prompt))["receipt"]
     (listed,) = [

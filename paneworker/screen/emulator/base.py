@@ -40,6 +40,11 @@ class ScreenModel(Protocol):
     parse_chunk: int
 
     @property
+    def dropped_marks(self) -> int:
+        """Combining marks dropped past ``zero_width.MAX_MARKS`` on one cell."""
+        ...
+
+    @property
     def cols(self) -> int: ...
 
     @property

@@ -24,6 +24,7 @@ from typing import Any
 
 from paneworker.screen.emulator.ansi import per_line_sgr
 from paneworker.screen.emulator.base import Cell, EmulatorUnavailable
+from paneworker.screen.emulator.zero_width import DropTable, cap_marks
 
 _LOG = logging.getLogger(__name__)
 
@@ -46,9 +47,6 @@ _ANSI_NAMES = [
     "brightcyan",
     "brightwhite",
 ]
-# Zero-width characters without a glyph (joiners, variation selectors, BOM), which
-# the pyte backend drops and ghostty keeps inside a cell.
-_NO_GLYPH = dict.fromkeys([0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, *range(0xFE00, 0xFE10)])
 # Bytes of scrollback per cell, generous: ghostty needed about 9.6 on coloured text.
 _SCROLLBACK_BYTES_PER_CELL = 12
 _MIN_SCROLLBACK_BYTES = 1 << 20
@@ -92,6 +90,7 @@ class GhosttyModel:
         self._term.resize(cols, rows, _CELL_WIDTH_PX, _CELL_HEIGHT_PX)
         self._cols, self._rows = cols, rows
         self._history_limit = history_lines
+        self._plain = _PlainText()
         self._max_bytes = self._ffi.new("size_t*")
         self._set_scrollback_bytes()
         self._compressed = self._ffi.new("GhosttyTerminalCompressionResult*")
@@ -120,6 +119,11 @@ class GhosttyModel:
     def compact(self) -> None:
         """Compress the scrollback's full pages (a few ms; text stays readable)."""
         self._compress(self._term._t[0], self._compress_full, self._compressed)
+
+    @property
+    def dropped_marks(self) -> int:
+        """Marks cut from cells that held more than ``MAX_MARKS`` (counted per read)."""
+        return self._plain.dropped_marks
 
     @property
     def cols(self) -> int:
@@ -170,7 +174,7 @@ class GhosttyModel:
         self._generation += 1
 
     def display_lines(self) -> list[str]:
-        lines = [_plain(line) for line in self._term.text().split("\n")][: self._rows]
+        lines = [self._plain(line) for line in self._term.text().split("\n")][: self._rows]
         return lines + [""] * (self._rows - len(lines))
 
     def history_lines(self) -> list[str]:
@@ -181,7 +185,7 @@ class GhosttyModel:
             return []
         sel = self._new_selection(0, 0, self._cols - 1, count - 1, "history")
         text: str = self._term._format_sel(sel)
-        lines = [_plain(line) for line in text.split("\n")][:count]
+        lines = [self._plain(line) for line in text.split("\n")][:count]
         lines += [""] * (count - len(lines))
         # Ghostty bounds scrollback by whole memory pages: apply the line limit here.
         return lines[-self._history_limit :] if self._history_limit else []
@@ -202,7 +206,8 @@ class GhosttyModel:
                 term, opts[0], buf, size, n
             )
         )
-        return per_line_sgr(text, self._rows)
+        # The feed and the viewers draw this: what the plain text drops, this drops too.
+        return per_line_sgr(self._plain.clean(text), self._rows)
 
     def _new_selection(self, x0: int, y0: int, x1: int, y1: int, tag: str) -> Any:
         from pyghostty.core import init_sized
@@ -226,7 +231,7 @@ class GhosttyModel:
             char = ""
             if wide[0] != lib.GHOSTTY_CELL_WIDE_SPACER_TAIL:
                 if lib.ghostty_grid_ref_graphemes(ref, buf, _MAX_GRAPHEME, count) == 0:
-                    char = _plain("".join(chr(buf[i]) for i in range(count[0])))
+                    char = self._plain("".join(chr(buf[i]) for i in range(count[0])))
                 char = char or " "
             style = self._term.style(x, row)
             reverse = bool(style["inverse"])
@@ -264,12 +269,28 @@ class GhosttyModel:
         return y + 1, x + 1
 
 
-def _plain(text: str) -> str:
-    """Text as the pyte backend gives it: format characters dropped, marks composed."""
-    text = text.rstrip()
-    if text.isascii():
+class _PlainText:
+    """Text as the pyte backend gives it: characters without a glyph dropped (ghostty
+    keeps joiners, variation selectors, bidi controls and line separators inside its
+    cells), marks composed (NFC) and cut to ``MAX_MARKS`` per cell."""
+
+    def __init__(self) -> None:
+        self._drop = DropTable()
+        self._marks: dict[str, bool] = {}
+        # Marks cut when the text was read (ghostty stores them; pyte never does).
+        self.dropped_marks = 0
+
+    def __call__(self, text: str) -> str:
+        return self.clean(text.rstrip())
+
+    def clean(self, text: str) -> str:
+        """The same without the trailing blanks cut: for the styled (SGR) text too."""
+        if text.isascii():
+            return text
+        text = unicodedata.normalize("NFC", text.translate(self._drop))
+        text, dropped = cap_marks(text, self._marks)
+        self.dropped_marks += dropped
         return text
-    return unicodedata.normalize("NFC", text.translate(_NO_GLYPH))
 
 
 def _colour(value: Any) -> str:

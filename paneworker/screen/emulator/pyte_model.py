@@ -32,6 +32,11 @@ class PyteModel:
         self._generation = 0
 
     @property
+    def dropped_marks(self) -> int:
+        """Marks dropped from cells that already held ``MAX_MARKS``."""
+        return self._screen.dropped_marks
+
+    @property
     def cols(self) -> int:
         return int(self._screen.columns)
 

@@ -31,6 +31,8 @@ from pyte import modes as mo
 from pyte.charsets import LAT1_MAP
 from pyte.screens import Char, Cursor, Margins, Savepoint, wcwidth
 
+from paneworker.screen.emulator.zero_width import MAX_MARKS
+
 Row = list[Char]
 Buffer = list[Row]
 _CELL_TEXT: Callable[[Char], str] = itemgetter(0)
@@ -106,6 +108,8 @@ class PaneScreen(pyte.Screen):
         self._glyphs_for: tuple[Any, _Glyphs | None] = (None, None)
         self._narrow: dict[str, bool] = {}
         self._widths: dict[str, int] = {}
+        # Marks dropped because their cell already held MAX_MARKS (zero_width).
+        self.dropped_marks = 0
         super().__init__(columns, lines)
 
     def _blank(self) -> Row:
@@ -305,6 +309,11 @@ class PaneScreen(pyte.Screen):
         if px > 0 and line[px].data == "":
             px -= 1  # the stub half of a wide character
         last = line[px]
+        if len(last.data) > MAX_MARKS:
+            # The base and MAX_MARKS marks: more would make each mark cost the cell's
+            # length (NFC of the whole cell), a flood of them quadratic.
+            self.dropped_marks += 1
+            return
         line[px] = last._replace(data=unicodedata.normalize("NFC", last.data + mark))
         self.dirty.add(y)
 

@@ -68,4 +68,6 @@ SPEC = AgentSpec(
     summary="Aider: screen status, its 'Run shell command?' question; --yes/--yes-always refused",
     # The rest (chat history, tags cache) it writes in the working directory.
     home_writable=(".aider/",),
+    home_programs=(".aider.conf.yml", ".aider.model.settings.yml"),
+    credentials=(".aider/oauth-keys.env",),
 )

@@ -105,4 +105,17 @@ SPEC = AgentSpec(
     model_flags=("--model", "--effort"),
     summary="Claude Code: OSC 7501 status, Bash and folder-trust dialogs, reviewer model flags",
     home_writable=(".claude/", ".claude.json", ".cache/claude/", ".config/claude/"),
+    home_programs=(
+        ".claude.json",
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+        ".claude/CLAUDE.md",
+        ".claude/hooks/",
+        ".claude/plugins/",
+        ".claude/commands/",
+        ".claude/agents/",
+        ".claude/skills/",
+        ".config/claude/settings.json",
+    ),
+    credentials=(".claude/.credentials.json", ".claude.json", ".config/claude/.credentials.json"),
 )

@@ -76,4 +76,6 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="Codex: OSC 7501 status, command approvals, sign-in screen",
     home_writable=(".codex/",),
+    home_programs=(".codex/config.toml", ".codex/AGENTS.md", ".codex/prompts/"),
+    credentials=(".codex/auth.json",),
 )

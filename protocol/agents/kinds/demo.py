@@ -57,4 +57,6 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="the bundled demo agent: OSC 7501 status, its permission dialog (docs/design.md §11)",
     home_writable=(),
+    home_programs=(),
+    credentials=(),
 )

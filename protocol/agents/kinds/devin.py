@@ -69,4 +69,6 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="Devin: inferred from public descriptions, not measured",
     home_writable=(".devin/", ".config/devin/", ".local/share/devin/"),
+    home_programs=(".config/devin/config.json", ".config/devin/settings.json"),
+    credentials=(".config/devin/credentials.json", ".local/share/devin/credentials.json"),
 )

@@ -126,4 +126,15 @@ SPEC = AgentSpec(
     summary="Gemini CLI: title and screen status, shell and folder-trust dialogs; "
     "the approval mode pinned",
     home_writable=(".gemini/",),
+    home_programs=(
+        ".gemini/settings.json",
+        ".gemini/GEMINI.md",
+        ".gemini/extensions/",
+        ".gemini/commands/",
+    ),
+    credentials=(
+        ".gemini/oauth_creds.json",
+        ".gemini/google_accounts.json",
+        ".gemini/mcp-oauth-tokens.json",
+    ),
 )

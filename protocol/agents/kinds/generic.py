@@ -16,4 +16,6 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="any other program: runs, status from OSC 7501 only, dialogs never answered",
     home_writable=(),
+    home_programs=(),
+    credentials=(),
 )

@@ -153,4 +153,14 @@ SPEC = AgentSpec(
         ".local/share/opentui/",
         ".local/state/kilo-sandbox-policy/",
     ),
+    home_programs=(
+        ".config/kilo/kilo.json",
+        ".config/kilo/kilo.jsonc",
+        ".config/kilo/opencode.json",
+        ".config/kilo/config.json",
+        ".config/kilo/plugin/",
+        ".config/kilo/agent/",
+        ".config/kilo/command/",
+    ),
+    credentials=(".local/share/kilo/auth.json", ".local/share/kilo/mcp-auth.json"),
 )

@@ -103,4 +103,6 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="Kiro: inferred from public descriptions, not measured",
     home_writable=(".kiro/", ".local/share/kiro-cli/"),
+    home_programs=(".kiro/settings/", ".kiro/agents/", ".kiro/hooks/"),
+    credentials=(".local/share/kiro-cli/data.sqlite3",),
 )

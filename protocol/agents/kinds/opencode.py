@@ -146,4 +146,14 @@ SPEC = AgentSpec(
         ".cache/opencode/",
         ".config/opencode/",
     ),
+    home_programs=(
+        ".config/opencode/opencode.json",
+        ".config/opencode/opencode.jsonc",
+        ".config/opencode/config.json",
+        ".config/opencode/AGENTS.md",
+        ".config/opencode/plugin/",
+        ".config/opencode/agent/",
+        ".config/opencode/command/",
+    ),
+    credentials=(".local/share/opencode/auth.json", ".local/share/opencode/mcp-auth.json"),
 )

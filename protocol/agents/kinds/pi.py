@@ -27,4 +27,19 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="Pi: screen status and turns only (it asks before nothing); always confined",
     home_writable=(".pi/",),
+    home_programs=(
+        ".pi/agent/settings.json",
+        # Its providers' apiKey may be a "!command"; "{}" fails its schema.
+        (".pi/agent/models.json", '{"providers": {}}\n'),
+        ".pi/agent/AGENTS.md",
+        ".pi/agent/extensions/",
+        ".pi/agent/skills/",
+        ".pi/agent/prompts/",
+        # Packages it installed, and the helper binaries it runs.
+        ".pi/agent/git/",
+        ".pi/agent/bin/",
+        # Not hooks/ nor tools/: measured, 0.x warns at start, waiting for a key, when
+        # either exists (renamed to extensions/), and runs neither.
+    ),
+    credentials=(".pi/agent/auth.json",),
 )

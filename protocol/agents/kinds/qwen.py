@@ -99,4 +99,6 @@ SPEC = AgentSpec(
     summary="Qwen Code: title and screen status, shell confirmations, provider and trust "
     "screens; the approval mode pinned",
     home_writable=(".qwen/",),
+    home_programs=(".qwen/settings.json", ".qwen/QWEN.md", ".qwen/extensions/", ".qwen/commands/"),
+    credentials=(".qwen/oauth_creds.json",),
 )

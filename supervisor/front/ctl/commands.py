@@ -2,8 +2,9 @@
 
 They are the coordination tools without credentials: the controller lease is held by
 the calling pane's identity and the service finds it (a pane holds one live controller
-lease at a time; ``controller_id`` picks one explicitly), so no fence token is ever
-sent, returned or stored by the client. Results never contain a fence token.
+lease at a time; ``controller_id`` picks one explicitly, in the pane's own namespace:
+``--controller-id boss`` in pane ``coord`` is ``pane:coord/boss``), so no fence token
+is ever sent, returned or stored by the client. Results never contain a fence token.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Annotated, Any
 import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.control.controllers import Attested, pane_of_identity
+from supervisor.control.controllers import Attested, controller_id_for, pane_of_identity
 from supervisor.control.receipts import HandoffRequest
 from supervisor.control.records import OUTSTANDING_RECEIPTS, RETAINED_STATES, ControllerLease
 from supervisor.control.service import ControlService
@@ -106,6 +107,8 @@ def ctl_commands(control: ControlService, lanes: LaneService) -> dict[str, CtlCo
 
     def held(identity: str, controller_id: str | None) -> ControllerLease | None:
         """The controller lease this pane holds (a live one first), if any."""
+        if controller_id is not None:
+            controller_id = controller_id_for(identity, controller_id)
         mine = [
             lease
             for lease in authority.leases()

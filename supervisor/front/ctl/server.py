@@ -20,6 +20,12 @@ still writing its request gets no EPIPE and can read the refusal.
 
 A malformed request gets a typed error (``invalid_argument``), never a crash; every
 connection is served by its own task on the loop, and every one is closed.
+
+Connections are bounded, so no pane can spend the service's descriptors: at most
+``MAX_CONNECTIONS`` are open at once, and at most ``MAX_CONNECTIONS_PER_PANE`` of one
+pane (the caller is attested as it is accepted; callers in no pane share one such
+allowance). One beyond a bound is answered at once with one ``ctl_busy`` line and closed;
+an admitted one that sends nothing is closed after ``REQUEST_READ_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -56,6 +62,12 @@ DISCARD_TIMEOUT_S = 10.0
 DISCARD_CHUNK_BYTES = 256 * 1024
 # How long a stop waits for cancelled connections to finish.
 STOP_TIMEOUT_S = 5.0
+# Open connections at once, in all and of one attested pane (a coordinator's commands
+# each hold one for their turn; eight concurrent ones is ample).
+MAX_CONNECTIONS = 64
+MAX_CONNECTIONS_PER_PANE = 8
+# How long a refusal's line may take to leave before the connection is cut.
+REFUSAL_WRITE_TIMEOUT_S = 1.0
 
 Identify = Callable[[socket.socket, int], Awaitable[str]]
 # Records one mutating call: (identity, tool, target pane, outcome, code), content-free.
@@ -124,6 +136,11 @@ class CtlServer:
         self._audit = audit
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        # Admitted connections by caller: the pane identity, or None (in no pane).
+        self._per_caller: dict[str | None, int] = {}
+        # Bounds hit and logged, until the count falls below them again: a flood of
+        # refusals is one warning, not one line each.
+        self._warned: set[tuple[str, str | None]] = set()
 
     async def start(self) -> None:
         """Bind and listen (under umask 077, then chmod 0600); a stale socket file of a
@@ -158,8 +175,24 @@ class CtlServer:
         assert task is not None
         self._connections.add(task)
         accepted_ticks = boot_ticks_now()
+        caller: str | None = None
+        admitted = False
         try:
-            answer = await self._exchange(reader, writer, accepted_ticks)
+            if len(self._connections) > MAX_CONNECTIONS:
+                self._busy("all", None)
+                await _refuse(writer, f"the service has {MAX_CONNECTIONS} ctl connections open")
+                return
+            identity = await self._attest(writer, accepted_ticks)
+            caller = identity if isinstance(identity, str) else None
+            if self._per_caller.get(caller, 0) >= MAX_CONNECTIONS_PER_PANE:
+                self._busy("pane", caller)
+                await _refuse(
+                    writer, f"this pane has {MAX_CONNECTIONS_PER_PANE} ctl connections open"
+                )
+                return
+            self._per_caller[caller] = self._per_caller.get(caller, 0) + 1
+            admitted = True
+            answer = await self._exchange(reader, writer, identity)
             if answer.line is not None:
                 writer.write(answer.line + b"\n")
                 await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
@@ -167,14 +200,52 @@ class CtlServer:
                 await _discard_rest_of_line(reader)
         except (ConnectionError, TimeoutError):
             pass  # the client went away or stopped reading: nothing to tell it
+        except asyncio.CancelledError:
+            # The service stops. Nothing awaits this task but the stop, and asyncio's
+            # stream callback would log a cancelled connection task as an error.
+            pass
         finally:
+            if admitted:
+                left = self._per_caller[caller] - 1
+                if left:
+                    self._per_caller[caller] = left
+                else:
+                    del self._per_caller[caller]
+                if left < MAX_CONNECTIONS_PER_PANE:
+                    self._warned.discard(("pane", caller))
             self._connections.discard(task)
+            if len(self._connections) < MAX_CONNECTIONS:
+                self._warned.discard(("all", None))
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), WRITE_TIMEOUT_S)
 
+    def _busy(self, bound: str, caller: str | None) -> None:
+        if (bound, caller) in self._warned:
+            return
+        self._warned.add((bound, caller))
+        pane = None if caller is None else pane_of_identity(caller)
+        log.warning(
+            "ctl connections refused: the %s bound is reached",
+            "service's" if bound == "all" else "pane's",
+            extra={"tool": "ctl connect", "pane": pane, "code": ErrorCode.CTL_BUSY.value},
+        )
+
+    async def _attest(
+        self, writer: asyncio.StreamWriter, accepted_ticks: int
+    ) -> str | PanewardenError:
+        """The caller's identity, taken as it is accepted (its connections are counted
+        by it); a refusal is kept to answer after the request is read, as before."""
+        try:
+            return await self._identify(writer.get_extra_info("socket"), accepted_ticks)
+        except PanewardenError as exc:
+            return exc
+
     async def _exchange(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, accepted_ticks: int
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        attested: str | PanewardenError,
     ) -> _Answer:
         """Read, attest, run; the response line (none when the client is gone)."""
         op = "?"
@@ -186,8 +257,9 @@ class CtlServer:
             command = self._commands.get(op)
             if command is None:
                 raise PanewardenError(ErrorCode.INVALID_ARGUMENT, f"no ctl command {echo(op, 40)}")
-            sock = writer.get_extra_info("socket")
-            identity = await self._identify(sock, accepted_ticks)
+            if isinstance(attested, PanewardenError):
+                raise attested
+            identity = attested
             try:
                 args = msgspec.convert(request.args, command.args)
             except msgspec.ValidationError as exc:
@@ -230,6 +302,13 @@ class CtlServer:
             and op not in READ_ONLY_COMMANDS
         ):
             self._audit(identity, f"ctl {op}", target, outcome, code)
+
+
+async def _refuse(writer: asyncio.StreamWriter, why: str) -> None:
+    """Answer a connection beyond a bound with one ``ctl_busy`` line, at once."""
+    writer.write(encode_error(ErrorCode.CTL_BUSY, f"{why}; try again later") + b"\n")
+    with contextlib.suppress(ConnectionError, TimeoutError):
+        await asyncio.wait_for(writer.drain(), REFUSAL_WRITE_TIMEOUT_S)
 
 
 async def _read_request(reader: asyncio.StreamReader) -> CtlRequest:

@@ -1,9 +1,11 @@
 """The operator socket: the screen feed for a local operator, without HTTP or a token.
 
 Contract in :mod:`supervisor.front.feed.wire`. Access is the file's: the socket is
-0600 in the 0700 runtime directory (which confined panes cannot see), and a peer that
-runs inside a pane (attested as the ctl socket attests its callers) is refused: a
-pane's program must not read other panes' screens. Each connection is served by its
+0600 in the 0700 runtime directory (which confined panes cannot see), a peer in a
+sandbox of any service (another PID namespace: ``peer_namespace``) is refused, and so
+is a peer that runs inside one of this service's panes (attested as the ctl socket
+attests its callers): a pane's program must not read other panes' screens.
+Each connection is served by its
 own task; a client that stops reading is dropped after ``WRITE_TIMEOUT_S`` (its mailbox
 coalesces meanwhile, so it never costs more than one frame).
 """
@@ -23,6 +25,7 @@ from typing import Any
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.front.ctl.attestation import boot_ticks_now
 from supervisor.front.feed.hub import FeedHub
+from supervisor.front.feed.peer_namespace import refuse_sandboxed_peer
 from supervisor.front.feed.wire import KEEPALIVE_S, MAX_REQUEST_BYTES, REQUEST_READ_TIMEOUT_S
 
 log = logging.getLogger(__name__)
@@ -89,11 +92,15 @@ class OperatorSocket:
     async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         accepted = boot_ticks_now()
         sock = writer.get_extra_info("socket")
-        if sock is not None and await self._in_a_pane(sock, accepted):
+        if sock is None:
+            raise PanewardenError(ErrorCode.FORBIDDEN, "the operator socket cannot see its peer")
+        # The request is read first, so a refused client hears why instead of a broken pipe.
+        pane = await _read_request(reader)
+        refuse_sandboxed_peer(sock)
+        if await self._in_a_pane(sock, accepted):
             raise PanewardenError(
                 ErrorCode.FORBIDDEN, "the operator socket serves no program running in a pane"
             )
-        pane = await _read_request(reader)
         viewer = await self._hub.open(pane)
         hangup = asyncio.ensure_future(reader.read(1))
         try:

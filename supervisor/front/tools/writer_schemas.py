@@ -67,6 +67,11 @@ class WriterReleaseArgs(_Creds):
     checkpoint_sha256: Sha256
 
 
+class WriterCloseArgs(_Creds):
+    lease_id: RecordId
+    reason: Purpose
+
+
 class SnapshotArgs(Args):
     lease_id: RecordId
     expected_head: CommitId | None = None
@@ -96,6 +101,8 @@ class WriterLeaseInfo(PaneLeaseInfo):
     checkpoint_sha256: str | None
     release_head: str | None
     release_status_sha256: str | None
+    imported_objects: int | None
+    close_reason: str | None
 
 
 class WriterLeaseListResult(TypedDict):

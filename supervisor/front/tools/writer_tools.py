@@ -40,6 +40,8 @@ def writer_lease_info(lease: PaneLease) -> dict[str, Any]:
         checkpoint_sha256=lease.checkpoint_sha256,
         release_head=terms.release_head,
         release_status_sha256=terms.release_status_sha256,
+        imported_objects=terms.imported_objects,
+        close_reason=terms.close_reason,
     )
     return info
 
@@ -65,7 +67,7 @@ def verification_info(record: VerificationRecord) -> dict[str, Any]:
 
 
 def writer_tool_specs(lanes: LaneService) -> list[ToolSpec]:
-    """writer_start/list/release and verification_snapshot/verify/list."""
+    """writer_start/list/release/close and verification_snapshot/verify/list."""
     writers, verifications = lanes.writers, lanes.verifications
 
     async def writer_start(a: ws.WriterStartArgs, _ctx: Context) -> dict[str, Any]:
@@ -103,6 +105,10 @@ def writer_tool_specs(lanes: LaneService) -> list[ToolSpec]:
         # No bound of its own: Git's evidence, then the pane's stop, each bounded inside.
         said = f"waiting for writer lease {a.lease_id} to release (Git evidence, pane stop)"
         return writer_lease_info(await with_progress(ctx, work, None, said))
+
+    async def writer_close(a: ws.WriterCloseArgs, _ctx: Context) -> dict[str, Any]:
+        lease = await writers.close(caller_identity(), creds_of(a), a.lease_id, a.reason)
+        return writer_lease_info(lease)
 
     async def verification_snapshot(a: ws.SnapshotArgs, _ctx: Context) -> dict[str, Any]:
         return await verifications.snapshot(a.lease_id, a.expected_head, a.expected_status_sha256)
@@ -143,13 +149,27 @@ def writer_tool_specs(lanes: LaneService) -> list[ToolSpec]:
         ),
         ToolSpec(
             "writer_release",
-            "Release a writer lane: re-check HEAD and the status SHA-256, then capture and "
-            "close its pane at expected_seq, recording your checkpoint. The worktree and "
-            "branch are left exactly as they are.",
+            "Release a writer lane: re-check HEAD and the status SHA-256 and re-hash its new "
+            "objects, then capture and close its pane at expected_seq, recording your "
+            "checkpoint, and import those objects into the repository's shared store. The "
+            "worktree and branch are left exactly as they are.",
             "lifecycle",
             ws.WriterReleaseArgs,
             ws.WriterLeaseInfo,
             writer_release,
+            group=group,
+            destructive=True,
+        ),
+        ToolSpec(
+            "writer_close",
+            "End a writer lane by force when it cannot be released (its Git evidence "
+            "unreadable, its release failed): kill its pane whatever it is doing and record "
+            "the lease abandoned with your reason. Nothing is checked or imported; the "
+            "branch and worktree are left as they are.",
+            "lifecycle",
+            ws.WriterCloseArgs,
+            ws.WriterLeaseInfo,
+            writer_close,
             group=group,
             destructive=True,
         ),
