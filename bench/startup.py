@@ -8,9 +8,10 @@ program's own start (median): the service's overhead, p50 and p99 over the start
 ``start_pane`` alone (until the worker said hello). The same with the worker template
 off (every worker started cold) in the same run is the reference. Then 64 panes are
 started at once: how many failed, and how long until all were idle. Those runs are
-unconfined; the same sequential starts confined (``PANEWARDEN_CONFINE=on``: the program
-in its Bubblewrap sandbox, a profile with ``confine: true``) alternate with unconfined
-ones in one service: what confinement adds to a start.
+unconfined; the same sequential starts confined (the program in its Bubblewrap sandbox,
+a profile with ``confine: true``) alternate with unconfined ones in one service: what
+confinement adds to a start, with ``network: "none"`` (the sandbox alone) and with the
+default ``["public"]`` (the sandbox, the forwarder inside and the worker's egress proxy).
 """
 
 from __future__ import annotations
@@ -104,22 +105,32 @@ async def _measure(runs: int, parallel: int, template: str) -> dict[str, list[fl
     return out
 
 
-async def _confined_vs_plain(runs: int) -> tuple[list[float], list[float]]:
-    """start_pane -> idle (ms) of unconfined and confined starts, alternating."""
-    boxed = {"name": "quick-confined", "agent": "generic", "argv": QUICK_ARGV, "cwds": ["/"]}
+async def _confined_vs_plain(runs: int) -> tuple[list[float], list[float], list[float]]:
+    """start_pane -> idle (ms) of unconfined starts and confined ones (``network:
+    "none"``, and unset: ``["public"]``), alternating."""
+    boxed = {"agent": "generic", "argv": QUICK_ARGV, "cwds": ["/"], "confine": True}
+    profiles = [
+        boxed | {"name": "quick-confined", "network": "none"},
+        boxed | {"name": "quick-public"},
+    ]
     plain: list[float] = []
     confined: list[float] = []
-    async with bench_service([boxed | {"confine": True}], PANEWARDEN_CONFINE="off") as service:
+    public: list[float] = []
+    async with bench_service(profiles, PANEWARDEN_CONFINE="off") as service:
         for i in range(runs + 1):
-            for profile, into in (("quick", plain), ("quick-confined", confined)):
-                name = f"c{i}-{len(into)}"
+            for profile, into in (
+                ("quick", plain),
+                ("quick-confined", confined),
+                ("quick-public", public),
+            ):
+                name = f"c{i}-{profile}"
                 t0 = time.perf_counter()
                 await service.call("start_pane", name=name, profile=profile)
                 await service.call("wait_status", name=name, until=["idle"], timeout_s=60)
-                if i:  # the first pair warms the template and the sandbox's files
+                if i:  # the first round warms the template and the sandbox's files
                     into.append((time.perf_counter() - t0) * 1000)
                 await service.call("remove_pane", name=name)
-    return plain, confined
+    return plain, confined, public
 
 
 def _p99(values: list[float]) -> float:
@@ -134,9 +145,10 @@ def run(options: Options) -> Sequence[Figure]:
     own_median = statistics.median(own)
     warm = asyncio.run(_measure(runs, parallel, "on"))
     cold = asyncio.run(_measure(runs, 0, "off"))
-    plain, confined = asyncio.run(_confined_vs_plain(runs))
+    plain, confined, public = asyncio.run(_confined_vs_plain(runs))
     plain_median = statistics.median(plain)
     added = [v - plain_median for v in confined]
+    added_public = [v - plain_median for v in public]
     over_warm = [v - own_median for v in warm["to_idle"]]
     over_cold = [v - own_median for v in cold["to_idle"]]
     return [
@@ -148,7 +160,18 @@ def run(options: Options) -> Sequence[Figure]:
             goal="<= 10 ms over an unconfined start",
             limit=10.0,
             limit_on_ratio=False,
-            note="confined start_pane -> idle minus the unconfined median, alternating starts",
+            note='confined (network "none") start_pane -> idle minus the unconfined median, '
+            "alternating starts",
+        ),
+        Figure(
+            "startup.confined_public_extra_p50",
+            "ms",
+            added_public,
+            goal="<= 40 ms over an unconfined start",
+            limit=40.0,
+            limit_on_ratio=False,
+            note='confined, network unset (["public"]: forwarder and egress proxy), minus the '
+            "unconfined median, alternating starts",
         ),
         Figure(
             "startup.overhead_p50",

@@ -59,6 +59,8 @@ class PaneLaunch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # socket the worker's egress proxy listens on for them (bound into the sandbox).
     egress: list[Destination] = []
     egress_socket: str = ""
+    # The list holds "public": any public unicast address too, through the same proxy.
+    egress_public: bool = False
     # How the worker speaks to the program: a terminal on a PTY, or the Agent Client
     # Protocol over its stdin/stdout (paneworker.acp).
     protocol: PaneProtocol = "terminal"

@@ -1,5 +1,11 @@
 """The network destinations a confined pane may reach (a profile's ``network`` list).
 
+A list's entries are ``host:port`` destinations and the word ``"public"`` (the default
+list is ``["public"]``). ``"public"``: any host that resolves to a public unicast address
+(``paneworker.confine.addresses``), reached through an HTTP proxy inside the sandbox at
+``PROXY_INSIDE:PROXY_PORT`` (HTTP ``CONNECT``, and absolute-URI requests for plain
+HTTP) that ``HTTPS_PROXY``/``HTTP_PROXY`` name (``proxy_environment``).
+
 A destination is ``host:port`` (``[v6]:port`` for an IPv6 literal). Inside the sandbox
 a named host is given a loopback address of its own (``127.100.0.N``, by its place in the
 list) under its name in the sandbox's ``/etc/hosts``; a loopback address (the host's own
@@ -18,6 +24,13 @@ import re
 import msgspec
 
 MAX_DESTINATIONS = 64
+PUBLIC = "public"
+# The inside HTTP proxy of a list with "public": an address no listed destination has
+# (named hosts get 127.100.x.y, a listed literal may be any 127.0.0.x but this one).
+PROXY_INSIDE = "127.99.0.1"
+PROXY_PORT = 3128
+# The sandbox's own loopback: never sent to the proxy (a CLI's own local server).
+_ALWAYS_DIRECT = ("localhost", "127.0.0.1", "::1")
 # Named hosts get loopback addresses from here (apart from any literal 127.0.0.x).
 NAMED_PREFIX = "127.100"
 _HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?$")
@@ -58,8 +71,21 @@ def parse_destination(text: str) -> tuple[str, int]:
     return host.lower(), int(port)
 
 
+def split_public(entries: list[str]) -> tuple[bool, list[str]]:
+    """(whether the list holds ``"public"``, its ``host:port`` entries).
+
+    Raises:
+        ValueError: ``"public"`` twice.
+    """
+    public = [entry for entry in entries if entry == PUBLIC]
+    if len(public) > 1:
+        raise ValueError(f"{PUBLIC!r} is listed twice")
+    return bool(public), [entry for entry in entries if entry != PUBLIC]
+
+
 def plan(entries: list[str]) -> list[Destination]:
-    """The destinations of a ``network`` list, each with its loopback address inside.
+    """The destinations of a ``network`` list's ``host:port`` entries, each with its
+    loopback address inside.
 
     Raises:
         ValueError: a bad entry, a duplicate, or more than ``MAX_DESTINATIONS``.
@@ -82,6 +108,8 @@ def plan(entries: list[str]) -> list[Destination]:
                     f"{host[:64]!r}: only an IPv4 loopback address can be reached by "
                     "address from inside; name the host instead"
                 )
+            if host == PROXY_INSIDE:
+                raise ValueError(f"{host}: the sandbox's own HTTP proxy has that address")
             inside = host
         else:
             # One address per host: its ports share it, as they do outside.
@@ -107,11 +135,44 @@ def _is_address(host: str) -> bool:
     return True
 
 
-def forwarder_argv(python: str, destinations: list[Destination], inside_socket: str) -> list[str]:
+def forwarder_argv(
+    python: str,
+    script: str,
+    destinations: list[Destination],
+    inside_socket: str,
+    *,
+    public: bool = False,
+) -> list[str]:
     """The start of a confined pane's command inside the sandbox: the forwarder
-    (``paneworker.confine.forwarder``), which listens on each destination's inside address
-    and then runs the program given after the returned ``--``."""
-    argv = [python, "-I", "-m", "paneworker.confine.forwarder", "--socket", inside_socket]
+    (``script``, ``paneworker/confine/forwarder.py``, run by path with ``-I -S``: it needs
+    nothing but the standard library, and skipping ``site`` saves a third of its start),
+    which listens on each destination's inside address (and the HTTP proxy's with
+    ``public``) and then runs the program given after the returned ``--``."""
+    argv = [python, "-I", "-S", script, "--socket", inside_socket]
+    if public:
+        argv += ["--proxy", f"{PROXY_INSIDE}:{PROXY_PORT}"]
     for d in destinations:
         argv += ["--listen", f"{d.inside}:{d.port}={d.host}:{d.port}"]
     return [*argv, "--"]
+
+
+def needs_low_ports(destinations: list[Destination]) -> bool:
+    """Whether the forwarder must bind a port below 1024 inside (``:443``): it is then
+    given ``CAP_NET_BIND_SERVICE`` (and ``CAP_SETPCAP``, to drop every capability,
+    bounding set included, before it runs the program)."""
+    return any(d.port < 1024 for d in destinations)
+
+
+def proxy_environment(destinations: list[Destination]) -> dict[str, str]:
+    """The variables that send a program's connections through the inside HTTP proxy:
+    ``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY`` in both cases, ``NO_PROXY`` (the
+    sandbox's loopback and the listed destinations, which have direct listeners) and
+    ``NODE_USE_ENV_PROXY=1`` (Node from 24 reads the variables only with it)."""
+    url = f"http://{PROXY_INSIDE}:{PROXY_PORT}"
+    direct = list(dict.fromkeys([*_ALWAYS_DIRECT, *(d.host for d in destinations)]))
+    env: dict[str, str] = {}
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"):
+        env[name] = env[name.lower()] = url
+    env["NO_PROXY"] = env["no_proxy"] = ",".join(direct)
+    env["NODE_USE_ENV_PROXY"] = "1"
+    return env

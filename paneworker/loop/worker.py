@@ -130,6 +130,9 @@ class PaneWorker:
                 )
         except OSError as exc:
             self.spawn_error = f"{type(exc).__name__}: {exc.strerror or exc}"
+        if self.egress is not None:
+            # Its thread only now: no thread may run while the program is forked.
+            self.egress.start()
         # (An ACP pane's screen answers no queries: nothing of it is the program's.)
         self.screen.attach(self.program)
         self.screen.keepalive = self._keepalive

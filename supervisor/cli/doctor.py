@@ -10,8 +10,9 @@ The sandbox line says what this host's bwrap lacks (``isolate_user``: its own us
 namespace, without nested ones). ``root`` warns when the service runs as root (its
 confined programs are uid 0 to the host's kernel, only the sandbox holds them; an
 unconfined pane is root on the host) and ``limits`` says whether a pane's ``processes``
-bound can be enforced here (a pids cgroup the worker may make). Then how many panes
-this host can hold (``workers.host_limits.capacity``): the limit
+bound can be enforced here (a pids cgroup the worker may make). Then the confined
+panes' network (``network``): what the default gives, and which profiles opt into ``"host"`` and what that exposes (a warning, never a failure).
+Then how many panes this host can hold (``workers.host_limits.capacity``): the limit
 that binds first, then each limit's own figure (informational: never a failure).
 Prints one line per check.
 """
@@ -22,17 +23,21 @@ import os
 import stat
 import sys
 
+from protocol.errors import PanewardenError
 from protocol.limits import PidsCgroup
 from supervisor.config import ServiceConfig
 from supervisor.confinement.host import HostSupport, check_host
+from supervisor.confinement.pane import HOST_NETWORK_EXPOSES
 from supervisor.exit_codes import EXIT_FAILED, EXIT_OK
+from supervisor.panes.service import demo_argv
+from supervisor.profiles.policy import load_profiles
 from supervisor.store.statedir import runtime_socket_path
 from supervisor.workers.host_limits import capacity
 from supervisor.workers.orphans import become_subreaper
 
 # Checks whose failure only disables a feature (the sandbox: verification recipes;
 # confinement unless PANEWARDEN_CONFINE=on).
-OPTIONAL_CHECKS = frozenset({"sandbox", "confinement", "root", "limits"})
+OPTIONAL_CHECKS = frozenset({"sandbox", "confinement", "root", "limits", "network"})
 
 
 def _checks(config: ServiceConfig) -> list[tuple[str, bool, str]]:
@@ -61,6 +66,7 @@ def _checks(config: ServiceConfig) -> list[tuple[str, bool, str]]:
     results.append(_confinement(config, support))
     results.append(_root())
     results.append(_limits())
+    results.append(_network(config))
     return results
 
 
@@ -90,6 +96,28 @@ def _limits() -> tuple[str, bool, str]:
         "limits",
         True,
         f"a pane's processes are bounded by a pids cgroup (below {os.path.dirname(group.path)})",
+    )
+
+
+def _network(config: ServiceConfig) -> tuple[str, bool, str]:
+    """Which profiles give their confined panes the host's network, and what that is."""
+    try:
+        profiles = load_profiles(config.profiles_path, demo_argv=demo_argv())
+    except PanewardenError as exc:
+        return "network", False, f"the profiles do not load: {exc.message}"
+    host = [p.name for p in profiles.profiles if p.confinement.network == "host"]
+    if host:
+        names = ", ".join(host)
+        return (
+            "network",
+            False,
+            f'network "host" ({names}): confined panes share {HOST_NETWORK_EXPOSES}',
+        )
+    return (
+        "network",
+        True,
+        "confined panes have a network namespace of their own (unset: "
+        '["public"], public unicast addresses through the egress proxy)',
     )
 
 

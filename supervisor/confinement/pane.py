@@ -22,9 +22,12 @@ What the program sees (``docs/operations.md``, "Confined panes"):
   processes, its own user namespace without nested ones (``policy``); a program of its
   installed under ``/tmp`` visible with its tree (``programs``); its ``limits`` (a bounded
   ``/tmp`` here, the rest applied by its worker);
-- its own PID namespace; no network of its own with ``network: "none"`` or a list (then
-  the worker's egress proxy, over ``/tmp/.panewarden/egress.sock``, with the list's hosts
-  in its ``/etc/hosts``).
+- its own PID namespace; a network namespace of its own unless ``network: "host"``
+  (explicit opt-in: the host's loopback services and abstract Unix sockets are then
+  reachable): nothing but its loopback with ``"none"``; with a list (the default
+  ``["public"]``) the worker's egress proxy, over ``/tmp/.panewarden/egress.sock``, with
+  the list's hosts in its ``/etc/hosts`` and, with ``"public"``, an HTTP proxy inside
+  that ``HTTPS_PROXY``/``HTTP_PROXY`` name (``protocol.egress``).
 
 Each pane's own files (its hosts file; the worker's egress socket) are in
 ``<runtime dir>/panes/<name>/``, made when it starts and removed with it.
@@ -40,7 +43,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.agents.table import SPECS
-from protocol.egress import Destination, forwarder_argv, hosts_file
+from protocol.egress import (
+    Destination,
+    forwarder_argv,
+    hosts_file,
+    needs_low_ports,
+    proxy_environment,
+)
 from protocol.errors import ErrorCode, PanewardenError
 from protocol.limits import ProgramLimits
 from supervisor.confinement.homes import home_programs
@@ -61,6 +70,14 @@ INSIDE_DIR = "/tmp/.panewarden"
 INSIDE_CTL = f"{INSIDE_DIR}/ctl.sock"
 INSIDE_EGRESS = f"{INSIDE_DIR}/egress.sock"
 UNREADABLE_NAME = "unreadable"
+# The forwarder, run by path inside (it is the worker's package; this one never imports it).
+FORWARDER_SCRIPT = str(Path(__file__).resolve().parents[2] / "paneworker/confine/forwarder.py")
+# Kept for the forwarder alone when it binds a port below 1024; it drops them all.
+LOW_PORT_CAPS = ("CAP_NET_BIND_SERVICE", "CAP_SETPCAP")
+HOST_NETWORK_EXPOSES = (
+    "the host's network namespace: every address the host reaches, the host's loopback "
+    "services (127.0.0.1, ::1) and its abstract Unix sockets"
+)
 
 
 @dataclass(frozen=True)
@@ -89,12 +106,26 @@ class PaneSandbox:
     pane_dir: str
     egress: list[Destination]
     egress_socket: str
+    # The list holds "public" (the worker's proxy reaches public unicast addresses too).
+    egress_public: bool = False
     # What the program may write (resolved) and, inside that, what is read-only again:
     # a later pane or writer worktree is not admitted where this pane writes.
     writable: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
     # What its worker applies before the sandbox's exec (paneworker.procs.confined_child).
     limits: ProgramLimits = field(default_factory=ProgramLimits)
+
+
+def network_exposes(settings: ConfineSettings) -> str:
+    """What a confined pane of ``settings`` reaches on the network, in words (its
+    ``get_status`` ``network_exposes``)."""
+    if settings.network == "host":
+        return HOST_NETWORK_EXPOSES
+    if settings.network == "none":
+        return "its own network namespace: nothing but its own loopback"
+    reached = ["public unicast addresses"] if settings.public else []
+    reached += [d.label for d in settings.destinations]
+    return "its own network namespace; through the egress proxy: " + ", ".join(reached)
 
 
 class PaneConfiner:
@@ -214,7 +245,9 @@ class PaneConfiner:
         egress: list[Destination] = []
         egress_socket = ""
         launcher: list[str] = []
+        launcher_caps: tuple[str, ...] = ()
         extra_ro: list[tuple[str, str]] = []
+        public = settings.network == "list" and settings.public
         if settings.network == "list":
             egress = list(settings.destinations)
             # The worker makes the socket before it starts the program; bwrap binds it.
@@ -223,7 +256,13 @@ class PaneConfiner:
             hosts = os.path.join(pane_dir, "hosts")
             _write_text(hosts, hosts_file(egress))
             extra_ro.append((hosts, "/etc/hosts"))
-            launcher = forwarder_argv(sys.executable, egress, INSIDE_EGRESS)
+            launcher = forwarder_argv(
+                sys.executable, FORWARDER_SCRIPT, egress, INSIDE_EGRESS, public=public
+            )
+            if needs_low_ports(egress):
+                launcher_caps = LOW_PORT_CAPS
+            if public:
+                overrides.update(proxy_environment(egress))
         policy = SandboxPolicy(
             cwd=cwd,
             network="host" if settings.network == "host" else "none",
@@ -238,6 +277,7 @@ class PaneConfiner:
             files=tuple(extra_ro),
             moved=grant.moved,
             launcher=tuple(launcher),
+            launcher_caps=launcher_caps,
             private_files=tuple(private_files),
             isolate_user=self.support.isolate_user,
             tmp_bytes=limits.tmp_bytes,
@@ -253,6 +293,7 @@ class PaneConfiner:
             egress,
             egress_socket,
             limits=bounds,
+            egress_public=public,
             writable=tuple(real_paths(policy.writable)),
             read_only=tuple(real_paths(policy.read_only)),
         )

@@ -103,6 +103,9 @@ class SandboxPolicy:
     moved: tuple[tuple[str, str, bool], ...] = ()
     # Run inside before the program (the egress forwarder, which execs it).
     launcher: tuple[str, ...] = ()
+    # Capabilities the sandbox keeps for the launcher, which drops them all before it
+    # runs the program (the forwarder binding a port below 1024).
+    launcher_caps: tuple[str, ...] = ()
     # (host file, path inside): a private copy bound read-write over a file, after the
     # read-only re-binds (an agent kind's settings inside its writable HOME directory:
     # the program writes its copy, the host's file never changes).
@@ -183,6 +186,8 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
     Paths are resolved first; of the ``visible`` ones only the outermost are bound."""
     args = [bwrap, "--die-with-parent", "--cap-drop", "ALL"]
     args += user_args(policy.isolate_user, os.geteuid())
+    for cap in policy.launcher_caps:
+        args += ["--cap-add", cap]
     args += [
         "--unshare-pid",
         "--unshare-ipc",

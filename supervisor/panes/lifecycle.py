@@ -25,7 +25,7 @@ from protocol.names import NAME_RULE, is_valid_name
 from protocol.timing import KILL_GRACE_S
 from supervisor.config import ServiceConfig
 from supervisor.confinement.nesting import refuse_inside_writable
-from supervisor.confinement.pane import LaneGrant, PaneConfiner, PaneSandbox
+from supervisor.confinement.pane import LaneGrant, PaneConfiner, PaneSandbox, network_exposes
 from supervisor.panes.driving import error_code, refuse_leased
 from supervisor.panes.pane import LeaseTag, Pane
 from supervisor.panes.records import RECORD_VERSION, PaneRecord, PaneRecords
@@ -167,6 +167,7 @@ class PaneLifecycle:
                     egress=[] if sandbox is None else sandbox.egress,
                     egress_socket="" if sandbox is None else sandbox.egress_socket,
                     limits=ProgramLimits() if sandbox is None else sandbox.limits,
+                    egress_public=sandbox is not None and sandbox.egress_public,
                     protocol="acp" if spec.protocol == "acp" else "terminal",
                 )
             )
@@ -181,6 +182,8 @@ class PaneLifecycle:
                 lease=lease,
                 confined=confined,
                 sandbox_dir=None if sandbox is None else sandbox.pane_dir,
+                network=spec.confinement.network if confined else "",
+                network_exposes=network_exposes(spec.confinement) if confined else "",
                 confinement=spec.confinement if confined else None,
                 sandbox_writable=() if sandbox is None else sandbox.writable,
                 sandbox_read_only=() if sandbox is None else sandbox.read_only,
@@ -250,6 +253,8 @@ class PaneLifecycle:
                 pid=pane.pid,
                 watchdog=pane.watchdog is not None,
                 confined=pane.confined,
+                network=pane.network,
+                network_exposes=pane.network_exposes,
             )
         )
 
@@ -290,6 +295,8 @@ class PaneLifecycle:
                 watchdog=self._watchdog_config(rec.profile) if rec.watchdog else None,
                 confined=rec.confined,
                 sandbox_dir=self.confiner.pane_dir_of(rec.name) if rec.confined else None,
+                network=rec.network,
+                network_exposes=rec.network_exposes,
                 # Its record keeps no grant: at least its cwd is what it writes.
                 sandbox_writable=(rec.cwd,) if rec.confined else (),
             )

@@ -72,6 +72,10 @@ class Pane:
     # Its program runs in a sandbox (supervisor.confinement); its own files are here.
     confined: bool = False
     sandbox_dir: str | None = None
+    # A confined pane's `network` ("host", "none" or "list") and what it reaches, in
+    # words (get_status says both).
+    network: str = ""
+    network_exposes: str = ""
     # The confinement it was started with (None: unconfined, or re-adopted after a
     # restart): what a reviewer it starts over ctl may not exceed.
     confinement: ConfineSettings | None = None

@@ -35,6 +35,9 @@ class PaneRecord(msgspec.Struct, forbid_unknown_fields=True):
     watchdog: bool = False
     # Its program runs in a sandbox: reported as `confined` after a restart too.
     confined: bool = False
+    # A confined pane's network and what it reaches (get_status), as when it started.
+    network: str = ""
+    network_exposes: str = ""
 
 
 class PaneRecords:

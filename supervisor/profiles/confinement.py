@@ -4,7 +4,9 @@
 (refused with ``sandbox_unavailable`` otherwise) or ``false``; unset, the service's
 ``PANEWARDEN_CONFINE``. ``writable``: more paths writable inside (absolute or ``~/``).
 ``hide``: more paths made unreadable (``!~/x`` drops a default). ``network``:
-``"host"``, ``"none"`` or a list of allowed ``host:port`` destinations.
+``"host"`` (the host's network namespace: explicit opt-in), ``"none"`` or a list of
+``host:port`` destinations and the word ``"public"``; unset, ``["public"]``. Every
+value but ``"host"`` gives the pane a network namespace of its own.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-from protocol.egress import Destination, plan
+from protocol.egress import PUBLIC, Destination, plan, split_public
 from protocol.errors import ErrorCode, PanewardenError
 
 ConfineChoice = Literal["auto", "on", "off"]
 CONFINE_CHOICES: tuple[ConfineChoice, ...] = ("auto", "on", "off")
 MAX_PATHS = 64
+DEFAULT_NETWORK: tuple[str, ...] = (PUBLIC,)
+NetworkMode = Literal["host", "none", "list"]
 
 
 def confine_choice(value: str) -> ConfineChoice:
@@ -28,13 +32,24 @@ def confine_choice(value: str) -> ConfineChoice:
 
 @dataclass(frozen=True)
 class ConfineSettings:
-    """A profile's validated confinement fields (``choice`` None: the service's)."""
+    """A profile's validated confinement fields (``choice`` None: the service's).
+
+    ``network``: ``"list"`` for a list (the default, ``["public"]``); ``destinations``
+    its ``host:port`` entries, ``public`` whether it holds ``"public"``."""
 
     choice: ConfineChoice | None = None
     writable: tuple[str, ...] = ()
     hide: tuple[str, ...] = ()
-    network: Literal["host", "none", "list"] = "host"
+    network: NetworkMode = "list"
     destinations: tuple[Destination, ...] = ()
+    public: bool = True
+
+    @property
+    def entries(self) -> tuple[str, ...] | str:
+        """``network`` as a profile writes it (``"host"``, ``"none"`` or the list)."""
+        if self.network != "list":
+            return self.network
+        return (*((PUBLIC,) if self.public else ()), *(d.label for d in self.destinations))
 
 
 def _error(where: str, problem: str) -> PanewardenError:
@@ -75,14 +90,21 @@ def build_confinement(
     paths = _paths(f"{where}.writable", writable, drops=False)
     hidden = _paths(f"{where}.hide", hide, drops=True)
     if isinstance(network, str):
+        if network == PUBLIC:
+            raise _error(f"{where}.network", 'a list: write ["public"]')
         if network not in ("host", "none"):
-            raise _error(f"{where}.network", 'must be "host", "none" or a list of host:port')
-        mode: Literal["host", "none", "list"] = "host" if network == "host" else "none"
-        return ConfineSettings(choice, paths, hidden, mode)
+            raise _error(
+                f"{where}.network",
+                'must be "host", "none" or a list of host:port entries and "public"',
+            )
+        mode: NetworkMode = "host" if network == "host" else "none"
+        return ConfineSettings(choice, paths, hidden, mode, public=False)
+    entries = list(network)
     try:
-        destinations = plan(list(network))
+        public, rest = split_public(entries)
+        destinations = plan(rest)
     except ValueError as exc:
         raise _error(f"{where}.network", str(exc)) from None
-    if not destinations:
+    if not destinations and not public:
         raise _error(f"{where}.network", 'an empty list: write "none"')
-    return ConfineSettings(choice, paths, hidden, "list", tuple(destinations))
+    return ConfineSettings(choice, paths, hidden, "list", tuple(destinations), public)

@@ -96,7 +96,8 @@ class ProfileEntry(Struct, forbid_unknown_fields=True, frozen=True):
     confine: bool | Literal["auto"] | None = None
     writable: tuple[str, ...] = ()
     hide: tuple[str, ...] = ()
-    network: Literal["host", "none"] | tuple[str, ...] = "host"
+    # "host", "none" or a list; unset: ["public"] (checked by supervisor.profiles.confinement).
+    network: str | tuple[str, ...] = ("public",)
     # How the worker speaks to the program (docs/operations.md, "ACP panes").
     protocol: Literal["terminal", "acp"] = "terminal"
     # A confined pane's bounds (supervisor.profiles.limits); None: the defaults.

@@ -21,8 +21,8 @@ JOIN_S = 10.0
 
 
 class _Server:
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
+    def __init__(self, address: tuple[str, int] = ("127.0.0.1", 0)) -> None:
+        self.listener = socket.create_server(address)
         self.port: int = self.listener.getsockname()[1]
         self._conns: list[socket.socket] = []
         self._threads: list[threading.Thread] = []
@@ -41,6 +41,12 @@ class _Server:
                 self._conns.append(conn)
                 self._threads.append(thread)
             thread.start()
+
+    @property
+    def accepted(self) -> int:
+        """How many connections it has accepted."""
+        with self._lock:
+            return len(self._conns)
 
     def _handle(self, conn: socket.socket) -> None:
         raise NotImplementedError

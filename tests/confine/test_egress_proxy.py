@@ -4,22 +4,27 @@ that it holds nothing back once stopped."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import select
 import socket
 import stat
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from paneworker.confine.addresses import own_addresses, refusal
 from paneworker.confine.egress_proxy import (
     CHUNK,
     HEADER_LIMIT,
     WARNINGS_PER_WINDOW,
     EgressProxy,
+    public_only,
     start_egress,
 )
 from protocol.boot import PaneLaunch
@@ -56,7 +61,8 @@ def _open(path: str, header: bytes) -> socket.socket:
 
 
 def _proxy(sockdir: str, *dests: Destination, **kw: object) -> EgressProxy:
-    return EgressProxy(list(dests), os.path.join(sockdir, "egress.sock"), **kw)  # type: ignore[arg-type]
+    proxy = EgressProxy(list(dests), os.path.join(sockdir, "egress.sock"), **kw)  # type: ignore[arg-type]
+    return proxy.start()
 
 
 def test_allowed_destination_is_carried_both_ways_with_half_close(
@@ -277,6 +283,7 @@ def test_start_egress_is_none_without_destinations(sockdir: str, echo: EchoServe
     )
     proxy = start_egress(launch)
     assert proxy is not None
+    proxy.start()
     try:
         with _open(path, f"CONNECT 127.0.0.1:{echo.port}\n".encode()) as sock:
             assert read_line(sock) == b"OK\n"
@@ -297,3 +304,223 @@ def test_refusal_warnings_are_capped_per_window(
         proxy.stop()
     refusals = [r for r in caplog.records if r.getMessage().startswith("egress refused")]
     assert len(refusals) == WARNINGS_PER_WINDOW
+
+
+# -- "public": the address check, the decision, DNS rebinding, the HTTP proxy ---------
+
+REFUSED_ADDRESSES = [
+    "127.0.0.1",
+    "127.5.5.5",
+    "::1",
+    "10.0.0.1",
+    "172.16.0.1",
+    "192.168.1.1",
+    "169.254.169.254",
+    "fe80::1",
+    "100.64.0.1",
+    "fc00::1",
+    "fd12:3456::1",
+    "224.0.0.1",
+    "239.255.255.250",
+    "ff02::1",
+    "0.0.0.0",
+    "::",
+    "255.255.255.255",
+    "240.0.0.1",
+    "192.0.2.1",
+    "198.51.100.1",
+    "203.0.113.1",
+    "198.18.0.1",
+    "2001:db8::1",
+    "::ffff:127.0.0.1",
+    "::ffff:10.0.0.1",
+    "64:ff9b::a00:1",
+    "2002:a00:1::1",
+]
+
+
+@pytest.mark.parametrize("address", REFUSED_ADDRESSES)
+def test_non_public_addresses_are_refused(address: str) -> None:
+    assert refusal(address) is not None
+
+
+@pytest.mark.parametrize("address", ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "151.101.1.1"])
+def test_public_unicast_addresses_are_accepted_unless_the_hosts_own(address: str) -> None:
+    assert refusal(address) is None
+    assert refusal(address, own={address}) == "the host's own address"
+
+
+def test_the_decision_keeps_only_the_public_addresses_a_name_resolved_to() -> None:
+    mixed = [
+        (socket.AF_INET, ("127.0.0.1", 443)),
+        (socket.AF_INET, ("8.8.8.8", 443)),
+        (socket.AF_INET6, ("fd00::1", 443)),
+    ]
+    assert public_only(mixed, frozenset()) == [(socket.AF_INET, ("8.8.8.8", 443))]
+    with pytest.raises(Exception, match="not a public address"):
+        public_only(mixed, frozenset({"8.8.8.8"}))
+
+
+def test_the_machines_own_addresses_are_known() -> None:
+    assert "127.0.0.1" in own_addresses()
+
+
+def test_a_name_that_resolves_to_loopback_is_refused_with_public(
+    sockdir: str, echo: EchoServer
+) -> None:
+    # The worker resolves the name once and checks the address it would connect to.
+    proxy = _proxy(sockdir, public=True, resolve={"rebind.test": "127.0.0.1"})
+    try:
+        for header in (f"CONNECT rebind.test:{echo.port}\n", f"CONNECT 127.0.0.1:{echo.port}\n"):
+            with _open(proxy.path, header.encode()) as sock:
+                assert read_line(sock) == b"NO not a public address\n", header
+        head = f"CONNECT rebind.test:{echo.port} HTTP/1.1\r\nHost: rebind.test\r\n\r\n"
+        with _open(proxy.path, head.encode()) as sock:
+            assert read_all(sock).startswith(b"HTTP/1.1 403 Forbidden\r\n")
+    finally:
+        proxy.stop()
+    assert echo.accepted == 0
+
+
+def test_without_public_an_unlisted_destination_is_not_allowed(
+    sockdir: str, echo: EchoServer
+) -> None:
+    proxy = _proxy(sockdir)
+    try:
+        head = "CONNECT example.com:443 HTTP/1.1\r\n\r\n"
+        with _open(proxy.path, head.encode()) as sock:
+            reply = read_all(sock)
+        assert reply.startswith(b"HTTP/1.1 403 Forbidden\r\n"), reply
+        assert reply.endswith(b"panewarden egress: not allowed\n"), reply
+    finally:
+        proxy.stop()
+
+
+def test_http_connect_to_a_listed_destination_is_carried(sockdir: str, echo: EchoServer) -> None:
+    proxy = _proxy(sockdir, _dest(echo.port), public=True)
+    try:
+        head = f"CONNECT 127.0.0.1:{echo.port} HTTP/1.1\r\nHost: x\r\n\r\nearly"
+        with _open(proxy.path, head.encode()) as sock:
+            assert read_line(sock) == b"HTTP/1.1 200 Connection established\r\n"
+            assert read_line(sock) == b"\r\n"
+            sock.shutdown(socket.SHUT_WR)
+            assert read_all(sock) == b"early"
+    finally:
+        proxy.stop()
+
+
+def test_an_absolute_uri_request_goes_on_in_origin_form_with_connection_close(
+    sockdir: str, echo: EchoServer
+) -> None:
+    proxy = _proxy(sockdir, _dest(echo.port), public=True)
+    try:
+        head = (
+            f"POST http://127.0.0.1:{echo.port}/v1/x?y=1 HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{echo.port}\r\nProxy-Connection: keep-alive\r\n"
+            "Proxy-Authorization: Basic eA==\r\nContent-Length: 4\r\n\r\nbody"
+        )
+        with _open(proxy.path, head.encode()) as sock:
+            sock.shutdown(socket.SHUT_WR)
+            echoed = read_all(sock)  # the echo server sends back what it was sent
+    finally:
+        proxy.stop()
+    assert (
+        echoed
+        == (
+            f"POST /v1/x?y=1 HTTP/1.1\r\nHost: 127.0.0.1:{echo.port}\r\nContent-Length: 4\r\n"
+            "Connection: close\r\n\r\nbody"
+        ).encode()
+    )
+
+
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        ("GET /relative HTTP/1.1\r\n\r\n", b"400"),
+        ("GET https://example.com/ HTTP/1.1\r\n\r\n", b"400"),
+        ("CONNECT not a host HTTP/1.1\r\n\r\n", b"400"),
+        ("CONNECT example.com:99999 HTTP/1.1\r\n\r\n", b"400"),
+        ("CONNECT x:1 HTTP/1.1\r\nX: " + "a" * HEADER_LIMIT, b"431"),
+    ],
+)
+def test_bad_http_requests_get_their_status(sockdir: str, head: str, status: bytes) -> None:
+    proxy = _proxy(sockdir, public=True)
+    try:
+        with _open(proxy.path, head.encode()) as sock:
+            assert read_line(sock).split(b" ")[1] == status
+    finally:
+        proxy.stop()
+
+
+def test_start_egress_starts_no_thread_before_the_worker_forks(sockdir: str) -> None:
+    """The worker forks its program after ``start_egress`` and before ``start``: until
+    then the proxy runs no thread (one thread at that fork), and its socket listens."""
+    launch = PaneLaunch(
+        pane="p",
+        agent="shell",
+        argv=["true"],
+        cwd="/",
+        env={},
+        cols=80,
+        rows=24,
+        egress_public=True,
+        egress_socket=os.path.join(sockdir, "egress.sock"),
+    )
+    before = set(threading.enumerate())
+    proxy = start_egress(launch)
+    assert proxy is not None
+    try:
+        assert set(threading.enumerate()) == before
+        queued = _open(proxy.path, b"CONNECT 127.0.0.1:1\n")  # waits in the backlog
+        proxy.start()
+        with queued:
+            assert read_line(queued) == b"NO not a public address\n"
+    finally:
+        proxy.stop()
+
+
+_FORK_COUNT = r"""
+import json, os, sys, threading
+import paneworker.procs.program as program
+from paneworker.loop.worker import PaneWorker
+from protocol.boot import BootRecord, PaneLaunch
+from protocol import PROTOCOL_VERSION
+
+seen = {}
+spawn = program.PtyProcess.spawn
+
+def counted(*args, **kwargs):
+    seen["threads_at_fork"] = len(os.listdir("/proc/self/task"))
+    return spawn(*args, **kwargs)
+
+program.PtyProcess.spawn = counted
+launch = PaneLaunch(
+    pane="p", agent="generic", argv=["sleep", "30"], cwd="/", env={}, cols=80, rows=24,
+    egress_public=True, egress_socket=sys.argv[1],
+)
+worker = PaneWorker(BootRecord(
+    protocol_version=PROTOCOL_VERSION, instance="i", secret=b"s",
+    endpoint="ipc:///nonexistent", launch=launch,
+))
+seen["egress_thread"] = any(t.name == "egress-proxy" for t in threading.enumerate())
+print(json.dumps(seen), flush=True)
+os.kill(worker.child_pid, 9)
+os._exit(0)
+"""
+
+
+def test_the_worker_forks_its_program_with_one_thread_and_then_starts_the_proxy(
+    sockdir: str,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_COUNT, os.path.join(sockdir, "egress.sock")],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S * 3,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "threads_at_fork": 1,
+        "egress_thread": True,
+    }

@@ -17,7 +17,8 @@ import pytest
 
 from paneworker.confine.egress_proxy import EgressProxy
 from paneworker.confine.forwarder import EXIT_BIND, EXIT_USAGE
-from protocol.egress import Destination, forwarder_argv
+from protocol.egress import PROXY_INSIDE, PROXY_PORT, Destination, forwarder_argv
+from supervisor.confinement.pane import FORWARDER_SCRIPT
 from tests.confine.echo import EchoServer, socket_dir
 from tests.polling import poll
 
@@ -41,8 +42,8 @@ def test_forwarder_argv_lists_every_destination() -> None:
         Destination("127.0.0.1", 8080, "127.0.0.1"),
         Destination("api.test", 443, "127.100.0.1"),
     ]
-    assert forwarder_argv("/py", dests, "/tmp/s") == [
-        "/py", "-I", "-m", "paneworker.confine.forwarder", "--socket", "/tmp/s",
+    assert forwarder_argv("/py", "/f.py", dests, "/tmp/s") == [
+        "/py", "-I", "-S", "/f.py", "--socket", "/tmp/s",
         "--listen", "127.0.0.1:8080=127.0.0.1:8080",
         "--listen", "127.100.0.1:443=api.test:443",
         "--",
@@ -60,7 +61,7 @@ def test_forwarder_argv_lists_every_destination() -> None:
 )
 def test_bad_arguments_exit_with_usage(args: list[str]) -> None:
     done = subprocess.run(
-        [sys.executable, "-I", "-m", "paneworker.confine.forwarder", *args],
+        [sys.executable, "-I", "-S", FORWARDER_SCRIPT, *args],
         capture_output=True,
         timeout=RUN_S,
     )
@@ -76,7 +77,11 @@ def test_a_failed_bind_exits_70_with_one_line_and_runs_nothing(tmp_path: os.Path
     dests = [Destination("127.0.0.1", port, "127.0.0.1")]
     try:
         done = subprocess.run(
-            [*forwarder_argv(sys.executable, dests, "/nonexistent"), "touch", marker],
+            [
+                *forwarder_argv(sys.executable, FORWARDER_SCRIPT, dests, "/nonexistent"),
+                "touch",
+                marker,
+            ],
             capture_output=True,
             timeout=RUN_S,
         )
@@ -90,7 +95,7 @@ def test_a_failed_bind_exits_70_with_one_line_and_runs_nothing(tmp_path: os.Path
 
 def test_a_program_that_cannot_run_exits_127() -> None:
     done = subprocess.run(
-        [*forwarder_argv(sys.executable, [], "/s"), "/nonexistent/program"],
+        [*forwarder_argv(sys.executable, FORWARDER_SCRIPT, [], "/s"), "/nonexistent/program"],
         capture_output=True,
         timeout=RUN_S,
     )
@@ -130,8 +135,8 @@ def test_the_child_serves_through_sigint_and_dies_with_the_program(sockdir: str)
         port = _free_port()
         # Inside, the program's 127.0.0.1:port is carried to the echo server's port.
         dests = [Destination("127.0.0.1", echo.port, "127.0.0.1")]
-        proxy = EgressProxy(dests, os.path.join(sockdir, "egress.sock"))
-        argv = forwarder_argv(sys.executable, dests, proxy.path)
+        proxy = EgressProxy(dests, os.path.join(sockdir, "egress.sock")).start()
+        argv = forwarder_argv(sys.executable, FORWARDER_SCRIPT, dests, proxy.path)
         argv[argv.index("--listen") + 1] = f"127.0.0.1:{port}=127.0.0.1:{echo.port}"
         try:
             proc = subprocess.Popen(
@@ -153,3 +158,51 @@ def test_the_child_serves_through_sigint_and_dies_with_the_program(sockdir: str)
     finally:
         if not _gone(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_forwarder_argv_with_public_adds_the_http_proxy_listener() -> None:
+    dests = [Destination("127.0.0.1", 8080, "127.0.0.1")]
+    assert forwarder_argv("/py", "/f.py", dests, "/tmp/s", public=True) == [
+        "/py", "-I", "-S", "/f.py", "--socket", "/tmp/s",
+        "--proxy", f"{PROXY_INSIDE}:{PROXY_PORT}",
+        "--listen", "127.0.0.1:8080=127.0.0.1:8080",
+        "--",
+    ]  # fmt: skip
+
+
+def test_a_bad_proxy_argument_exits_with_usage() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            FORWARDER_SCRIPT,
+            "--socket",
+            "/s",
+            "--proxy",
+            "x",
+            "--",
+            "true",
+        ],
+        capture_output=True,
+        timeout=RUN_S,
+    )
+    assert done.returncode == EXIT_USAGE, done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs capabilities to drop")
+def test_the_program_holds_no_capability_whatever_the_forwarder_had() -> None:
+    # Run as root outside any sandbox: the forwarder holds every capability, and drops
+    # them all (bounding and ambient sets too) before it runs the program.
+    program = [sys.executable, "-c", "print(open('/proc/self/status').read())"]
+    done = subprocess.run(
+        [*forwarder_argv(sys.executable, FORWARDER_SCRIPT, [], "/s"), *program],
+        capture_output=True,
+        text=True,
+        timeout=RUN_S,
+    )
+    assert done.returncode == 0, done.stderr
+    fields = dict(line.split(":\t", 1) for line in done.stdout.splitlines() if ":\t" in line)
+    for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert fields[name].strip() == "0000000000000000", (name, fields[name])
+    assert fields["NoNewPrivs"].strip() == "1"

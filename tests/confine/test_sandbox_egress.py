@@ -23,6 +23,7 @@ import pytest
 
 from paneworker.confine.egress_proxy import EgressProxy
 from protocol.egress import forwarder_argv, hosts_file, plan
+from supervisor.confinement.pane import FORWARDER_SCRIPT
 from supervisor.confinement.policy import SandboxPolicy, bwrap_argv
 from tests.confine.echo import EchoServer, socket_dir
 from tests.conftest import REPO
@@ -95,10 +96,14 @@ def test_only_the_listed_destination_is_reachable_from_inside(sockdir: str) -> N
     with EchoServer() as echo, socket.create_server(("127.0.0.1", 0)) as other:
         other_port = other.getsockname()[1]
         dests = plan([f"127.0.0.1:{echo.port}"])
-        proxy = EgressProxy(dests, os.path.join(sockdir, "egress.sock"))
+        proxy = EgressProxy(dests, os.path.join(sockdir, "egress.sock")).start()
         try:
             program = ["python3", "-c", _PROBE, "127.0.0.1", str(echo.port), str(other_port)]
-            argv = [*forwarder_argv(sys.executable, dests, INSIDE_SOCKET), *program, INSIDE_SOCKET]
+            argv = [
+                *forwarder_argv(sys.executable, FORWARDER_SCRIPT, dests, INSIDE_SOCKET),
+                *program,
+                INSIDE_SOCKET,
+            ]
             result = _run(_sandbox(proxy.path, argv))
         finally:
             proxy.stop()
@@ -123,11 +128,14 @@ def test_a_named_destination_is_reached_through_the_sandbox_hosts_file(sockdir: 
         # No DNS here: the proxy is told where example.test is.
         proxy = EgressProxy(
             dests, os.path.join(sockdir, "egress.sock"), resolve={"example.test": "127.0.0.1"}
-        )
+        ).start()
         try:
             program = ["python3", "-c", _PROBE, "example.test", str(echo.port)]
             program += [str(other.getsockname()[1]), INSIDE_SOCKET]
-            argv = [*forwarder_argv(sys.executable, dests, INSIDE_SOCKET), *program]
+            argv = [
+                *forwarder_argv(sys.executable, FORWARDER_SCRIPT, dests, INSIDE_SOCKET),
+                *program,
+            ]
             result = _run(_sandbox(proxy.path, argv, ["--ro-bind", hosts, "/etc/hosts"]))
         finally:
             proxy.stop()

@@ -37,6 +37,13 @@ def need(package: str) -> Path:
     return path
 
 
+def model_network(port: int) -> list[str]:
+    """A confined CLI's ``network``: the default ``["public"]`` and the fake model on
+    loopback as a listed destination (the operator's choice: a listed loopback address
+    is reached; ``"public"`` alone refuses every loopback one)."""
+    return ["public", f"127.0.0.1:{port}"]
+
+
 def procs_of(home: Path) -> list[psutil.Process]:
     """Every live process whose HOME is ``home`` (the CLI and anything it started)."""
     found = []

@@ -35,7 +35,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import Tools, stdio_params
-from tests.realcli import cli_path, need, procs_of, remove_and_check_nothing_left
+from tests.realcli import cli_path, model_network, need, procs_of, remove_and_check_nothing_left
 from tests.tools.fake_model import FakeModel, cli_env, write_cli_configs
 
 pytestmark = pytest.mark.anyio
@@ -96,6 +96,7 @@ async def acp_env(tmp_path: Path, fake_model: FakeModel) -> AsyncIterator[Env]:
                 "cwds": [str(work)],
                 "env": cli_env(cli, fake_model.url, home),
                 "confine": True,
+                "network": model_network(fake_model.port),
                 "protocol": "acp",
             }
             for cli, package in PACKAGES.items()

@@ -48,7 +48,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import Tools, stdio_params
-from tests.realcli import cli_path, need, procs_of, remove_and_check_nothing_left
+from tests.realcli import cli_path, model_network, need, procs_of, remove_and_check_nothing_left
 from tests.tools.fake_model import FakeModel, cli_env, write_cli_configs
 
 pytestmark = pytest.mark.anyio
@@ -130,6 +130,7 @@ async def dialog_env(tmp_path: Path, fake_model: FakeModel) -> AsyncIterator[Env
                 # The full turns run confined (docs/operations.md, "Confined panes"):
                 # the CLIs must work unchanged in the sandbox.
                 "confine": True,
+                "network": model_network(fake_model.port),
             }
         )
     pfile = tmp_path / "profiles.json"

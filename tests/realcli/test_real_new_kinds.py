@@ -37,7 +37,7 @@ from mcp import Client
 
 from tests.conftest import Tools, stdio_params
 from tests.polling import apoll
-from tests.realcli import cli_path, need, procs_of, remove_and_check_nothing_left
+from tests.realcli import cli_path, model_network, need, procs_of, remove_and_check_nothing_left
 from tests.tools.fake_model import AIDER_ARGS, FakeModel, cli_env, write_cli_configs
 
 pytestmark = pytest.mark.anyio
@@ -91,6 +91,7 @@ async def env(tmp_path: Path, fake_model: FakeModel) -> AsyncIterator[Env]:
                     "cwds": [str(work)],
                     "env": cli_env(cli, fake_model.url, home),
                     "confine": True,
+                    "network": model_network(fake_model.port),
                 }
             )
     # Start-up screens: Aider asking about .gitignore (no --no-gitignore), Pi with no model.
@@ -105,6 +106,7 @@ async def env(tmp_path: Path, fake_model: FakeModel) -> AsyncIterator[Env]:
             "cwds": [str(work)],
             "env": cli_env("aider", fake_model.url, home),
             "confine": True,
+            "network": model_network(fake_model.port),
         },
         {
             "name": "pi-startup",
@@ -113,6 +115,7 @@ async def env(tmp_path: Path, fake_model: FakeModel) -> AsyncIterator[Env]:
             "cwds": [str(work)],
             "env": {"HOME": str(bare), "PI_OFFLINE": "1"},
             "confine": True,
+            "network": model_network(fake_model.port),
         },
     ]
     pfile = tmp_path / "profiles.json"

@@ -134,6 +134,13 @@ class ReportedStatusResult(PaneStatusResult):
     usage: NotRequired[TokenUsageResult]
 
 
+class GetStatusResult(ReportedStatusResult):
+    # A confined pane's network ("host", "none" or "list") and what it reaches, in words
+    # (docs/operations.md, "Network").
+    network: NotRequired[Literal["host", "none", "list"]]
+    network_exposes: NotRequired[str]
+
+
 class PaneInfoResult(PaneStatusResult):
     profile: str
     agent: str

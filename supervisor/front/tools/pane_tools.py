@@ -41,6 +41,14 @@ def reported_status(name: str, s: PaneStatusFields, confined: bool) -> dict[str,
     return body
 
 
+def network_fields(pane: Pane) -> dict[str, str]:
+    """get_status' ``network`` and ``network_exposes`` of a confined pane (what an
+    unconfined one reaches is the host's, as ``confined: false`` says)."""
+    if not pane.confined or not pane.network:
+        return {}
+    return {"network": pane.network, "network_exposes": pane.network_exposes}
+
+
 def _tokens(pane: Pane) -> dict[str, Any]:
     """list_panes' ``tokens``: the agent's reported token usage, when there is one."""
     usage = pane.status.usage
@@ -110,7 +118,7 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
 
     async def get_status(a: ts.NameArgs, _ctx: Context) -> dict[str, Any]:
         pane = await service.registry.ready(a.name)
-        return reported_status(pane.name, pane.status, pane.confined)
+        return reported_status(pane.name, pane.status, pane.confined) | network_fields(pane)
 
     async def wait_status(a: ts.WaitStatusArgs, ctx: Context) -> dict[str, Any]:
         until = set(a.until) if a.until else SETTLED
@@ -206,10 +214,10 @@ def pane_tool_specs(service: PaneService) -> list[ToolSpec]:
         ToolSpec(
             "get_status",
             "The pane's status: lifecycle, agent state, blocked kind, turn, seq, source, and "
-            "whether its program is confined.",
+            "whether its program is confined (and, confined, its network and what it reaches).",
             "read",
             ts.NameArgs,
-            ts.ReportedStatusResult,
+            ts.GetStatusResult,
             get_status,
             read_only=True,
             idempotent=True,
