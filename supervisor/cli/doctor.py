@@ -10,10 +10,11 @@ The sandbox line says what this host's bwrap lacks (``isolate_user``: its own us
 namespace, without nested ones). ``root`` warns when the service runs as root (its
 confined programs are uid 0 to the host's kernel, only the sandbox holds them; an
 unconfined pane is root on the host) and ``limits`` says whether a pane's ``processes``
-bound can be enforced here (a pids cgroup the worker may make). Then the confined
-panes' network (``network``): what the default gives, and which profiles opt into ``"host"`` and what that exposes (a warning, never a failure).
-Then how many panes this host can hold (``workers.host_limits.capacity``): the limit
-that binds first, then each limit's own figure (informational: never a failure).
+bound can be enforced here (a pids cgroup the worker may make). ``network`` says what
+the confined panes' default network gives, and which profiles opt into ``"host"`` and
+what that exposes (a warning, never a failure). Then how many panes this host can hold
+(``workers.host_limits.capacity``): the limit that binds first, then each limit's own
+figure (informational: never a failure).
 Prints one line per check.
 """
 
