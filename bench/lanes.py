@@ -24,8 +24,8 @@ from bench.core import Figure, Options
 from supervisor.confinement.host import find_bwrap
 from supervisor.confinement.policy import bwrap_argv
 from supervisor.lanes import sandbox
-from supervisor.lanes.git import Git
-from supervisor.lanes.worktree_digest import worktree_digest
+from supervisor.lanes.repo.git import Git
+from supervisor.lanes.repo.worktree_digest import worktree_digest
 from supervisor.workers.subprocesses import ManagedChildren
 
 GIT_ENV = {

@@ -185,7 +185,11 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
 
     Paths are resolved first; of the ``visible`` ones only the outermost are bound."""
     args = [bwrap, "--die-with-parent", "--cap-drop", "ALL"]
-    args += user_args(policy.isolate_user, os.geteuid())
+    # A forwarder that must bind a port below 1024 holds CAP_NET_BIND_SERVICE over the
+    # network namespace only without a nested user namespace: --disable-userns and a
+    # root service's --uid both put the program one user namespace below the one that
+    # owns it (design §13: the weaker user isolation of such a pane).
+    args += user_args(policy.isolate_user and not policy.launcher_caps, os.geteuid())
     for cap in policy.launcher_caps:
         args += ["--cap-add", cap]
     args += [

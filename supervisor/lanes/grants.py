@@ -6,7 +6,7 @@
 
   - its own worktree admin dir ``<common dir>/worktrees/<id>`` (index and its lock,
     HEAD, ``logs/HEAD``, COMMIT_EDITMSG), which holds its private object directory
-    (:mod:`supervisor.lanes.objects`): bound over ``<common dir>/objects`` inside, with
+    (:mod:`supervisor.lanes.repo.objects`): bound over ``<common dir>/objects`` inside, with
     the shared store read-only within it, so no object of the repository can be
     replaced under its id;
   - its branch's ref directory and reflog directory: an update writes ``<ref>.lock``
@@ -37,8 +37,8 @@ from collections.abc import Sequence
 
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.confinement.pane import LaneGrant
-from supervisor.lanes import objects
-from supervisor.lanes.refs import branch_ref
+from supervisor.lanes.repo import objects
+from supervisor.lanes.repo.refs import branch_ref
 from supervisor.lanes.scopes import overlaps
 
 REVIEWER_GRANT = LaneGrant(cwd_writable=False)

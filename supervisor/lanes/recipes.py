@@ -26,7 +26,7 @@ import msgspec
 
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.control.records import WriterTerms
-from supervisor.lanes.git import Git
+from supervisor.lanes.repo.git import Git
 from supervisor.lanes.scopes import normalise_scope
 
 RECIPES_PATH = ".panewarden/recipes.toml"

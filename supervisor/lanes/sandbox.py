@@ -19,7 +19,7 @@ repository's code; it is not a boundary against a hostile process of the same us
 outside the sandbox.
 
 The supervisor's own Git commands on a lane's worktree run under ``git_policy`` (see
-:mod:`supervisor.lanes.git`): the same hiding, everything read-only but the private
+:mod:`supervisor.lanes.repo.git`): the same hiding, everything read-only but the private
 index copy, so a setting the neutralising missed costs nothing.
 """
 

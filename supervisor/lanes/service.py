@@ -5,7 +5,7 @@ from __future__ import annotations
 from supervisor.control.service import ControlService
 from supervisor.lanes import sandbox
 from supervisor.lanes.adopted import AdoptedPanes
-from supervisor.lanes.git import Git
+from supervisor.lanes.repo.git import Git
 from supervisor.lanes.reviewer import ReviewerLanes
 from supervisor.lanes.starters import StarterBound
 from supervisor.lanes.verification import Verifications

@@ -1,7 +1,7 @@
 """Verification of a writer's worktree: a content digest, and recipes run in a sandbox.
 
 ``snapshot`` reads the lane's Git evidence (branch, HEAD, status digest) and its
-worktree digest (:mod:`supervisor.lanes.worktree_digest`, the ignored files under the
+worktree digest (:mod:`supervisor.lanes.repo.worktree_digest`, the ignored files under the
 lane's owned scopes included and named); it runs no repository code and needs no
 controller. Both it and ``verify`` first check that the worktree's git dirs, read from
 its files, are still the lane's (the recorded repository's common dir, one of its admin
@@ -44,9 +44,9 @@ from supervisor.control.records import RECORD_VERSION, PaneLease, WriterTerms
 from supervisor.control.stores import VerificationRecord
 from supervisor.lanes import sandbox
 from supervisor.lanes.closing import BUSY_STATES
-from supervisor.lanes.git import Git
 from supervisor.lanes.recipes import Recipe, recipe_captured, recipe_writable
-from supervisor.lanes.worktree_digest import WorktreeDigest, worktree_digest
+from supervisor.lanes.repo.git import Git
+from supervisor.lanes.repo.worktree_digest import WorktreeDigest, worktree_digest
 from supervisor.workers.subprocesses import ChildRunner
 
 VERIFIABLE = frozenset({"active", "released"})

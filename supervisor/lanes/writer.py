@@ -1,7 +1,7 @@
 """Writer lanes: one agent pane per linked Git worktree, on scopes nobody else holds.
 
 ``start`` runs under the controller and writer locks, after the fence check. It admits a
-writer only on exact Git evidence, read (never written) through :mod:`supervisor.lanes.git`:
+writer only on exact Git evidence, read (never written) through :mod:`supervisor.lanes.repo.git`:
 
 - ``worktree`` is absolute and is the top of a *linked* worktree (the primary checkout
   and independent clones are refused);
@@ -25,7 +25,7 @@ leaves the lease retained, blocking conflicting writers until ``lease_reconcile`
 ``git_precondition`` and the pane is untouched), then imports the lane's new objects
 (those reachable from HEAD that the shared store lacks, each re-hashed: one that does not
 hash to its id is ``object_invalid``, the pane untouched) into the shared store
-(:mod:`supervisor.lanes.objects`), then captures and closes the pane in one worker step
+(:mod:`supervisor.lanes.repo.objects`), then captures and closes the pane in one worker step
 at ``expected_seq``; the lease becomes ``released`` with the release HEAD, status digest,
 the caller's checkpoint and the count imported. A close refused after the import leaves
 the objects imported (verified, harmless) and the lane running. The worktree and branch
@@ -53,13 +53,13 @@ from supervisor.control.context import ControlContext
 from supervisor.control.controllers import Credentials
 from supervisor.control.fences import new_id
 from supervisor.control.records import RECORD_VERSION, RETAINED_STATES, PaneLease, WriterTerms
-from supervisor.lanes import objects
 from supervisor.lanes.closing import begin_close, finish_close
-from supervisor.lanes.git import Git
 from supervisor.lanes.grants import writer_grant
 from supervisor.lanes.provisioning import start_leased_pane
 from supervisor.lanes.recipes import capture
-from supervisor.lanes.refs import BRANCH_PREFIX, branch_ref, protected_refs, short_branch
+from supervisor.lanes.repo import objects
+from supervisor.lanes.repo.git import Git
+from supervisor.lanes.repo.refs import BRANCH_PREFIX, branch_ref, protected_refs, short_branch
 from supervisor.lanes.scopes import first_overlap, normalise_scopes
 from supervisor.profiles.policy import ProfileSet
 from supervisor.workers.subprocesses import ChildRunner

@@ -22,7 +22,7 @@ from mcp import StdioServerParameters
 from mcp.client.client import Client
 
 from supervisor.cli.watch_source import operator_socket_path
-from tests.confine.probing import probe, probe_profile, python_run, run_output
+from tests.confine.probing import probe, probe_profile, python_run
 from tests.conftest import REPO, Tools
 from tests.service.conftest import Service, new_token, write_secret
 
@@ -58,6 +58,20 @@ async def _first_line(socket_path: Path) -> str:
         return (await asyncio.wait_for(reader.readline(), 10)).decode().strip()
     finally:
         writer.close()
+
+
+async def _first_line_from_another_pid_namespace(socket_path: Path) -> object:
+    """The operator socket's first answer to a process in a PID namespace of its own
+    (a sandbox of no pane of this service, the socket bound in as it is)."""
+    bwrap = shutil.which("bwrap")
+    assert bwrap is not None, "bwrap is installed where confined tests run"
+    argv = [bwrap, "--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--", sys.executable, "-c", WATCH]
+    proc = await asyncio.create_subprocess_exec(
+        *argv, str(socket_path), stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    return json.loads(out.decode())
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
@@ -122,8 +136,12 @@ async def test_a_pane_of_one_service_reaches_nothing_of_another(base: Path) -> N
         assert seen["state"] == DENIED, seen
         assert seen["records"] == DENIED, seen
         assert seen["config"] == DENIED, seen
-        line = run_output(seen["operator"])
-        assert isinstance(line, dict) and line["event"] == "error", seen
-        assert line["data"]["code"] == "forbidden", seen
+        # Every host Unix socket is hidden from a pane (the operator socket's file is a
+        # stand-in); where one is reached all the same, it refuses a peer in another PID
+        # namespace, which a process of no pane at all shows below.
+        assert seen["operator"].endswith("PermissionError: [Errno 13] Permission denied"), seen
+        line = await _first_line_from_another_pid_namespace(operator)
+        assert isinstance(line, dict) and line["event"] == "error", line
+        assert line["data"]["code"] == "forbidden", line
     finally:
         http.stop()

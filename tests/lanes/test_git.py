@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from protocol.errors import PanewardenError
-from supervisor.lanes.git import Git
-from supervisor.lanes.worktree_digest import worktree_digest
+from supervisor.lanes.repo.git import Git
+from supervisor.lanes.repo.worktree_digest import worktree_digest
 from supervisor.workers.subprocesses import ChildResult, ManagedChildren
 from tests.lanes.gitrepo import GIT_ENV, Repo, git, make_repo, status_sha256
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from protocol.errors import PanewardenError
-from supervisor.lanes import git_dirs
-from supervisor.lanes.git import Git
+from supervisor.lanes.repo import git_dirs
+from supervisor.lanes.repo.git import Git
 from supervisor.workers.subprocesses import ManagedChildren
 from tests.lanes.gitrepo import Repo, git, make_repo
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from protocol.errors import PanewardenError
-from supervisor.lanes.git import Git
-from supervisor.lanes.worktree_digest import worktree_digest
+from supervisor.lanes.repo.git import Git
+from supervisor.lanes.repo.worktree_digest import worktree_digest
 from supervisor.workers.subprocesses import ManagedChildren
 from tests.lanes.conftest import CHECKPOINT_SHA, Lanes
 from tests.lanes.gitrepo import GIT_ENV, Repo, git, head, make_repo, status_sha256
@@ -252,7 +252,7 @@ async def test_no_writer_or_verification_tool_runs_a_repository_program(lanes: L
 
 
 def test_no_other_supervisor_module_runs_git() -> None:
-    """Only supervisor/lanes/git.py names the git program (its argv comes from
+    """Only supervisor/lanes/repo/git.py names the git program (its argv comes from
     git_command.py): no other module can run Git around the isolation."""
     found = []
     for path in sorted(SUPERVISOR.rglob("*.py")):

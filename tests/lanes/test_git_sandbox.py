@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from supervisor.confinement.host import check_host
-from supervisor.lanes import git_command
-from supervisor.lanes.git import Git
+from supervisor.lanes.repo import git_command
+from supervisor.lanes.repo.git import Git
+from supervisor.lanes.repo.worktree_digest import worktree_digest
 from supervisor.lanes.sandbox import GitSandbox
-from supervisor.lanes.worktree_digest import worktree_digest
 from supervisor.workers.subprocesses import ManagedChildren
 from tests.lanes.gitrepo import Repo, git, make_repo
 from tests.lanes.hostile import make_hostile

@@ -19,7 +19,7 @@ and not in the shared store is read back, re-hashed (an object whose content doe
 hash to its id is refused, ``object_invalid``), packed and indexed into the shared store by
 ``git index-pack --strict`` (which hashes again and runs Git's fsck checks: a tree naming
 ``.git``, a broken link). Its Git runs as the supervisor's managed helpers, with the
-fixed environment of :mod:`supervisor.lanes.git_command`, on the common dir alone (no
+fixed environment of :mod:`supervisor.lanes.repo.git_command`, on the common dir alone (no
 worktree, no index: nothing there runs a filter or a hook).
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.lanes import git_command
+from supervisor.lanes.repo import git_command
 from supervisor.workers.subprocesses import ChildRunner
 
 PRIVATE_DIR = "panewarden-objects"

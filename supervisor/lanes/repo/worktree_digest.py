@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.lanes.git import Git
+from supervisor.lanes.repo.git import Git
 
 FORMAT_TAG = b"panewarden-worktree-v2\n"
 # A worktree whose untracked files hold more than this is refused (the digest reads all).

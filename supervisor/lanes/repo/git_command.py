@@ -9,7 +9,7 @@ Nothing here may run one, nor write any index. Every command is therefore:
   with ``--ignore-submodules=dirty`` (and its config twin below): Git never runs in a
   submodule;
 - ``GIT_DIR``, ``GIT_WORK_TREE`` and ``GIT_COMMON_DIR`` as the supervisor resolved them
-  from the worktree's files (:mod:`supervisor.lanes.git_dirs`);
+  from the worktree's files (:mod:`supervisor.lanes.repo.git_dirs`);
 - an environment with nothing inherited but ``PATH`` (an allowlist: no ``PANEWARDEN_*``
   variable, no token path): no system or global config
   (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL=/dev/null``, ``HOME``), no system
@@ -192,7 +192,7 @@ def environment(
 ) -> dict[str, str]:
     """The environment of one command: see the module docstring. ``pinned`` is
     (worktree top, git dir, common dir) as the supervisor resolved them
-    (:mod:`supervisor.lanes.git_dirs`): Git reads those, whatever the worktree's
+    (:mod:`supervisor.lanes.repo.git_dirs`): Git reads those, whatever the worktree's
     ``commondir`` says by the time it runs."""
     config = list(FIXED_CONFIG)
     for name in drivers:

@@ -1,6 +1,6 @@
 """Reading Git, and only reading it: the one module that runs ``git`` in the supervisor.
 
-Every command is a fixed argv and environment built by :mod:`supervisor.lanes.git_command`
+Every command is a fixed argv and environment built by :mod:`supervisor.lanes.repo.git_command`
 (no program the repository names runs; a command that reads the index reads a private
 copy of it), with a timeout. Each query first lists the repository's config keys (and,
 for a command that looks into submodules, each submodule's), to neutralise every filter
@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, PanewardenError
 from supervisor.confinement.policy import bwrap_argv
-from supervisor.lanes import git_command, git_dirs, objects, sandbox
-from supervisor.lanes.git_dirs import GitDirs
-from supervisor.lanes.refs import short_branch
+from supervisor.lanes import sandbox
+from supervisor.lanes.repo import git_command, git_dirs, objects
+from supervisor.lanes.repo.git_dirs import GitDirs
+from supervisor.lanes.repo.refs import short_branch
 from supervisor.workers.subprocesses import ChildResult, ChildRunner
 
 GIT_TIMEOUT_S = 30.0
