@@ -226,10 +226,13 @@ class PaneConfiner:
         candidates = (home, cwd, *grant.visible, *_install_paths(), *_argv_paths(argv))
         candidates += tuple(tmp_program_paths(argv, env))
         visible = [path for path in candidates if under(path, ["/tmp"])]
-        if not grant.cwd_writable and cwd not in visible:
-            visible.append(cwd)
         shown = [*visible, *writable]
         read_only = [*grant.read_only, *program_dirs]
+        # A read-only cwd is read-only already from the host's read-only root, unless a
+        # writable path holds it: then bound read-only again on top. Never bound as a
+        # "visible" path: a cwd of / would bind the host's /tmp over the private one.
+        if not grant.cwd_writable and under(cwd, writable):
+            read_only.append(cwd)
         read_only += [
             path
             for path in other_cwds
