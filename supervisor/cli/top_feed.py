@@ -134,7 +134,7 @@ def failure_reason(exc: BaseException) -> str:
     if isinstance(cause, PanewardenError):
         reason = cause.message
     else:
-        reason = connection_failure(cause) or f"{type(cause).__name__}: {cause}"
+        reason = connection_failure(exc) or f"{type(cause).__name__}: {cause}"
     return terminal_safe(reason)[:REASON_CHARS]
 
 

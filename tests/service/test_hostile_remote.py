@@ -54,10 +54,14 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def _run_on_pty(
-    argv: list[str], env: dict[str, str], rss_file: Path, keys: bytes = b"", until: bytes = b""
+    argv: list[str],
+    env: dict[str, str],
+    rss_file: Path,
+    keys: bytes = b"",
+    until: tuple[bytes, ...] = (),
 ) -> tuple[bytes, int]:
     """Run ``argv`` on a PTY to its end; what it wrote and its exit status. With
-    ``until``, ``keys`` are typed once ``until`` was written."""
+    ``until``, ``keys`` are typed once each of ``until`` was written."""
     proc = PtyProcess.spawn(
         [sys.executable, str(MAXRSS), str(rss_file), *argv],
         cwd=str(REPO),
@@ -75,7 +79,7 @@ def _run_on_pty(
                 out.extend(os.read(proc.fd, 65536))
             except OSError:
                 return True
-        if until and not typed and until in out:
+        if until and not typed and all(needle in out for needle in until):
             proc.write(keys)
             typed = True
         return not proc.isalive() and not select.select([proc.fd], [], [], 0)[0]
@@ -156,7 +160,7 @@ def test_watch_mirrors_a_hostile_feed_as_data(hostile: HostileService, tmp_path:
         _env(tmp_path),
         tmp_path / "rss",
         keys=b"q",
-        until=b"second",
+        until=(b"second",),
     )
     text = _plain(out)
     assert "Traceback" not in text, text
@@ -184,3 +188,28 @@ def test_watch_on_a_lying_feed_is_one_line_in_bounded_memory(
     peak_kib = int(rss_file.read_text())
     print(f"watch ({mode}) peak RSS: {peak_kib / 1024:.0f} MiB")
     assert peak_kib < RSS_BOUND_KIB, peak_kib
+
+
+# The live view also moves the cursor, erases and switches screens (Rich's Live).
+_LIVE_OWN = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@pytest.mark.timeout(120)
+def test_live_top_shows_hostile_services_as_data(hostile: HostileService, tmp_path: Path) -> None:
+    token = str(write_secret(tmp_path / "token", "t" * 64))
+    modes = ("good", "escape", "types", "huge", "toolerror")
+    services = [{"name": m, "url": hostile.url(m), "token_file": token} for m in modes]
+    listing = tmp_path / "services.json"
+    listing.write_text(json.dumps(services))
+    out, status = _run_on_pty(
+        [sys.executable, "-m", "supervisor", "top"],
+        _env(tmp_path, PANEWARDEN_SERVICES=str(listing)),
+        tmp_path / "rss",
+        keys=b"q",
+        until=(b"good-pane", b"escname", b"list_panes failed", b"the answer passed"),
+    )
+    plain = _LIVE_OWN.sub(b"", out)
+    text = plain.decode(errors="replace")
+    assert status == 0 and "Traceback" not in text, text
+    assert b"good-pane" in plain and b"escname" in plain and b"list_panes failed" in plain, text
+    assert [m.group() for m in _FORBIDDEN.finditer(plain)] == [], text
