@@ -8,8 +8,9 @@ endpoint delays nothing but its own later notifications:
   event (the newest says most about the pane now) and counts it as dropped;
 - a webhook attempt is bounded by ``CONNECT_TIMEOUT_S`` to connect and
   ``TOTAL_TIMEOUT_S`` in all, and only its status is used: ``identity`` is asked and
-  at most ``RESPONSE_READ_BYTES`` of the body are read, undecoded; a command by ``COMMAND_TIMEOUT_S``, then its process group
-  is killed and reaped (``ManagedChildren``, injected as ``run_command``);
+  at most ``RESPONSE_READ_BYTES`` of the body are read, undecoded; a command by
+  ``COMMAND_TIMEOUT_S``, then its process group is killed and reaped
+  (``ManagedChildren``, injected as ``run_command``);
 - an event is tried ``ATTEMPTS`` times in all, after ``BACKOFF_S`` then twice that;
   only a timeout, a transport error, a 5xx or a 429 is retried. An event that never got
   through is counted as failed.

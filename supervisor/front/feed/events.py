@@ -9,8 +9,8 @@ Each event has a name and a JSON object:
 - ``screen``: one pane's visible screen: ``pane``, ``frame``, ``cols``, ``rows``,
   ``cursor`` ([row, col], 0-based), ``lines`` (one ANSI line per row, SGR only, each
   starting and ending in the default style, cleaned by ``terminal_safe``: whatever the
-  backend, no other control, bidi control or line separator reaches a viewer) and ``plain`` (true: no colours, the
-  coloured frame was too large);
+  backend, no other control, bidi control or line separator reaches a viewer) and
+  ``plain`` (true: no colours, the coloured frame was too large);
 - ``error``: ``code`` and ``message`` (operator socket only: HTTP answers a status code
   before the stream starts).
 """
