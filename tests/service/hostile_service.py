@@ -6,7 +6,8 @@ its own way.
 ``escape`` (control sequences in every string), ``types`` (wrong-typed fields),
 ``badjson`` (an answer that is not JSON), ``huge`` (a 200 MB answer, generated as it is
 sent), ``endless`` (an event stream whose one line never ends), ``toolerror`` (a tool
-error whose text holds control sequences) and ``broken`` (a 500 on the call).
+error whose text holds control sequences) and ``broken`` (a 500 on the call);
+``wait_any`` sees no change and lasts its timeout.
 ``/feed?pane=MODE`` streams: ``escape`` (a status and a screen full of control
 sequences, then keepalives), ``endless`` (one line that never ends) and ``badjson``.
 """
@@ -120,6 +121,14 @@ class _Handler(BaseHTTPRequestHandler):
                 "capabilities": {"tools": {}},
                 "serverInfo": {"name": f"hostile{HOSTILE}", "version": "1"},
             }
+        elif method == "tools/call" and request["params"].get("name") == "wait_any":
+            # Nothing changes here: the wait lasts its timeout (or until the server stops).
+            timeout_s = float(request["params"].get("arguments", {}).get("timeout_s", 5))
+            stopping = getattr(self.server, "stopping", None)
+            assert isinstance(stopping, threading.Event)
+            stopping.wait(timeout_s)
+            text = json.dumps({"timed_out": True})
+            result = {"content": [{"type": "text", "text": text}]}
         elif method == "tools/list":
             result = {"tools": [{"name": "list_panes", "inputSchema": {"type": "object"}}]}
         elif mode == "badjson":
@@ -201,6 +210,7 @@ class HostileService:
     def __init__(self) -> None:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.server.daemon_threads = True
+        self.server.stopping = threading.Event()  # type: ignore[attr-defined]
         self.port = int(self.server.server_address[1])
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
@@ -209,6 +219,7 @@ class HostileService:
         return f"http://127.0.0.1:{self.port}/{mode}/mcp"
 
     def close(self) -> None:
+        self.server.stopping.set()  # type: ignore[attr-defined]
         self.server.shutdown()
         self.server.server_close()
         self._thread.join(timeout=5)
