@@ -4,7 +4,9 @@
 SIGHUP (a bad clients or token file keeps the old table and logs why; the audit
 file is reopened either way). ``ClientTokenVerifier`` is the SDK's
 ``TokenVerifier`` hook: the SDK's bearer middleware calls it on every HTTP
-request, so a client removed by a reload is refused from its next request on.
+request, so a client removed by a reload is refused from its next request on; what
+stays open past one request (the ``/feed`` streams) registers with ``on_reload`` and is
+told after each swap, to end what the new table no longer allows.
 ``HttpAccess.identify`` reads the caller the middleware authenticated (the SDK's
 ``get_access_token``) and turns it into a ``Caller``.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
@@ -36,6 +39,7 @@ class HttpGate:
             PanewardenError: ``config_invalid`` for a missing, unsafe or malformed file.
         """
         self._config = config
+        self._reload_hooks: list[Callable[[ClientTable], None]] = []
         audit_path = check_audit_path(config)
         self.table: ClientTable = load_client_table(config)
         self.audit_log: AuditLog | None = None
@@ -64,7 +68,13 @@ class HttpGate:
         # One assignment: a request sees either the old table or the new one, never a mix.
         self.table = table
         log.info("clients reloaded: %s", ", ".join(table.names()), extra={"op": "reload"})
+        for hook in self._reload_hooks:
+            hook(table)
         return True
+
+    def on_reload(self, hook: Callable[[ClientTable], None]) -> None:
+        """Call ``hook`` with the new table after every reload that swapped it."""
+        self._reload_hooks.append(hook)
 
     def audit_ctl(
         self, identity: str, tool: str, pane: str | None, outcome: str, code: str | None

@@ -2,7 +2,9 @@
 
 It finds the service through ``$STATE/run/http``, authenticates with the token
 file and calls ``list_panes`` with the SDK client, like any other MCP client.
-Exit status 1 (with a message on stderr) when no HTTP service answers.
+Exit status 1 (with a message on stderr) when no HTTP service answers. What the service
+answers is cleaned (``terminal_safe``) before it is printed, and no failure is a
+traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from mcp.types import TextContent
 
 from protocol.errors import ErrorCode, PanewardenError
+from protocol.terminal_text import terminal_safe
 from supervisor.config import ServiceConfig
 from supervisor.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from supervisor.front.transports.http_client import (
@@ -32,7 +35,7 @@ COLUMNS = ("name", "lifecycle", "state", "turn", "seq", "agent", "pid", "worker_
 def format_table(panes: Sequence[dict[str, Any]]) -> str:
     """Left-aligned columns, one pane per line; ``-`` for an absent value."""
     rows = [list(COLUMNS)] + [
-        ["-" if p.get(c) is None else str(p.get(c)) for c in COLUMNS] for p in panes
+        ["-" if p.get(c) is None else terminal_safe(p.get(c))[:200] for c in COLUMNS] for p in panes
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     lines = [
@@ -52,7 +55,10 @@ async def _list_panes(config: ServiceConfig) -> list[dict[str, Any]]:
         except (ValueError, KeyError, TypeError):
             message = text[:200]
         raise PanewardenError(ErrorCode.INTERNAL, f"list_panes failed: {message}")
-    panes = (result.structured_content or {}).get("panes", [])
+    content = result.structured_content
+    panes = content.get("panes", []) if isinstance(content, dict) else []
+    if not isinstance(panes, list):
+        raise PanewardenError(ErrorCode.INTERNAL, "list_panes answered no list of panes")
     return [p for p in panes if isinstance(p, dict)]
 
 
@@ -71,14 +77,18 @@ def status_command(config: ServiceConfig) -> int:
     try:
         panes = asyncio.run(_list_panes(config))
     except PanewardenError as exc:
-        print(f"panewarden: {exc.message}", file=sys.stderr)
+        print(f"panewarden: {terminal_safe(exc.message)}", file=sys.stderr)
         return EXIT_USAGE if exc.code is ErrorCode.CONFIG_INVALID else EXIT_FAILED
-    except Exception as exc:  # top-level CLI boundary: turn transport failures into a message
+    except Exception as exc:  # top-level CLI boundary: one clean line, never a traceback
         reason = connection_failure(exc)
         if reason is None:
-            raise
+            from supervisor.cli.top_feed import failure_reason
+
+            print(f"panewarden: {failure_reason(exc)}", file=sys.stderr)
+            return EXIT_FAILED
         print(
-            f"panewarden: the HTTP service at {url} did not answer ({reason}); "
+            f"panewarden: the HTTP service at {terminal_safe(url)} did not answer "
+            f"({terminal_safe(reason)[:300]}); "
             "is `panewarden serve --http` running, and is PANEWARDEN_TOKEN_FILE its token?",
             file=sys.stderr,
         )

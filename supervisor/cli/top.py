@@ -5,7 +5,9 @@ read-scoped token; the screen is a Rich table (``top_view``) redrawn when a feed
 reports or a key is pressed (``s`` cycles the sort column, ``r`` reverses it, ``q``
 quits). ``--once --json`` prints one JSON object per pane and exits. A configuration
 error or, with one service, a service that does not answer is one line on stderr and a
-non-zero exit; with several services a silent one is an error row.
+non-zero exit; with several services a silent one is an error row. Nothing a service
+sends reaches the terminal uncleaned (``protocol.terminal_text``) and no failure is a
+traceback: the SDK's log lines are silenced and anything left is one line.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sys
 import termios
@@ -25,7 +28,8 @@ from rich.console import Console
 from rich.live import Live
 
 from protocol.errors import PanewardenError
-from supervisor.cli.top_feed import Feed, fetch_once
+from protocol.terminal_text import terminal_safe
+from supervisor.cli.top_feed import Feed, failure_reason, fetch_once
 from supervisor.cli.top_targets import Target, resolve_targets
 from supervisor.cli.top_view import TopView
 from supervisor.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -114,18 +118,28 @@ def top_command(args: argparse.Namespace) -> int:
     try:
         targets = resolve_targets(args.url, os.environ)
     except PanewardenError as exc:
-        print(f"panewarden top: {exc.message}", file=sys.stderr)
+        print(f"panewarden top: {terminal_safe(exc.message)}", file=sys.stderr)
         return EXIT_USAGE
+    # The SDK logs a bad answer with its traceback; the error row says it in one line.
+    logging.getLogger().setLevel(logging.CRITICAL)
     try:
-        if args.once or len(targets) == 1:
-            rows = asyncio.run(_once(targets))
-            errors = [r for r in rows if "error" in r]
-            if len(targets) == 1 and errors:
-                print(f"panewarden top: {targets[0].url}: {errors[0]['error']}", file=sys.stderr)
-                return EXIT_FAILED
-            if args.once:
-                _print_once(rows, args.json)
-                return EXIT_FAILED if len(errors) == len(targets) else EXIT_OK
-        return asyncio.run(_live(targets))
+        return _run(args, targets)
     except KeyboardInterrupt:
         return EXIT_OK
+    except Exception as exc:  # the CLI's boundary: one line, never a traceback
+        print(f"panewarden top: {failure_reason(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _run(args: argparse.Namespace, targets: list[Target]) -> int:
+    if args.once or len(targets) == 1:
+        rows = asyncio.run(_once(targets))
+        errors = [r for r in rows if "error" in r]
+        if len(targets) == 1 and errors:
+            where = terminal_safe(targets[0].url)
+            print(f"panewarden top: {where}: {errors[0]['error']}", file=sys.stderr)
+            return EXIT_FAILED
+        if args.once:
+            _print_once(rows, args.json)
+            return EXIT_FAILED if len(errors) == len(targets) else EXIT_OK
+    return asyncio.run(_live(targets))

@@ -4,6 +4,12 @@ A ``Feed`` lists the panes (``list_panes``: status, lease, usage) and then waits
 next change with ``wait_any`` over every pane, from each pane's last ``seq`` on, for at
 most ``REFRESH_S``: the screen follows events as they happen, and CPU/memory (which
 only the service can measure) are refreshed at that slow period. No busy polling.
+
+What a service answers is data: each field is kept only with the type it should have
+(else it shows ``-``), every string is cleaned by ``terminal_safe`` and cut to
+``FIELD_CHARS``, and each answer is read to ``capped_http.MAX_BODY_BYTES`` at most. A
+failure, whatever it is (an exception group of the SDK's included), is one error row
+naming its cause in one clean line.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,7 +29,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
 from protocol.errors import ErrorCode, PanewardenError
+from protocol.terminal_text import terminal_safe
 from supervisor.auth.clients import read_token_file
+from supervisor.cli.capped_http import IDENTITY, CappedTransport
 from supervisor.cli.top_targets import Target
 from supervisor.front.transports.http_client import connection_failure
 
@@ -32,6 +41,9 @@ CONNECT_TIMEOUT_S = 5.0
 CALL_TIMEOUT_S = 15.0
 # wait_any takes at most 16 panes a call; more panes wait in several calls at once.
 WAIT_ANY_MAX = 16
+# How much of one field, or of a failure's reason, is shown.
+FIELD_CHARS = 120
+REASON_CHARS = 300
 EVERY_STATE = [
     "unknown",
     "idle",
@@ -45,36 +57,54 @@ EVERY_STATE = [
 ]
 
 
+def _text(value: Any) -> str | None:
+    return terminal_safe(value)[:FIELD_CHARS] if isinstance(value, str) else None
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def pane_row(service: str, pane: dict[str, Any]) -> dict[str, Any]:
-    """One pane as ``top`` shows it (and ``--once --json`` prints it)."""
-    lease = pane.get("lease")
-    usage = pane.get("usage") or {}
-    started = pane.get("started_at")
+    """One pane as ``top`` shows it (and ``--once --json`` prints it); a field of the
+    wrong type is None."""
+    lease = _dict(pane.get("lease"))
+    usage = _dict(pane.get("usage"))
+    started = _text(pane.get("started_at"))
     age_s: int | None = None
-    if isinstance(started, str):
-        with contextlib.suppress(ValueError):
+    if started is not None:
+        with contextlib.suppress(ValueError, OverflowError, OSError):
             age_s = max(0, int(datetime.now().astimezone().timestamp() - _epoch(started)))
+    confined = pane.get("confined")
     return {
-        "service": service,
-        "name": pane.get("name"),
-        "profile": pane.get("profile"),
-        "agent": pane.get("agent"),
-        "lifecycle": pane.get("lifecycle"),
-        "state": pane.get("state"),
-        "kind": pane.get("kind"),
-        "turn": pane.get("turn"),
-        "seq": pane.get("seq"),
+        "service": terminal_safe(service),
+        "name": _text(pane.get("name")),
+        "profile": _text(pane.get("profile")),
+        "agent": _text(pane.get("agent")),
+        "lifecycle": _text(pane.get("lifecycle")),
+        "state": _text(pane.get("state")),
+        "kind": _text(pane.get("kind")),
+        "turn": _number(pane.get("turn")),
+        "seq": _number(pane.get("seq")),
         "started_at": started,
         "age_s": age_s,
-        "lease": lease.get("lease_type") if isinstance(lease, dict) else None,
-        "confined": pane.get("confined"),
-        "worker_pid": pane.get("worker_pid"),
-        "pid": pane.get("pid"),
-        "cpu_percent": usage.get("cpu_percent"),
-        "rss_bytes": usage.get("rss_bytes"),
-        "processes": usage.get("processes"),
+        "lease": _text(lease.get("lease_type")),
+        "confined": confined if isinstance(confined, bool) else None,
+        "worker_pid": _number(pane.get("worker_pid")),
+        "pid": _number(pane.get("pid")),
+        "cpu_percent": _number(usage.get("cpu_percent")),
+        "rss_bytes": _number(usage.get("rss_bytes")),
+        "processes": _number(usage.get("processes")),
         # The agent's own count (ACP panes whose agent reports it), else None.
-        "tokens": (pane.get("tokens") or {}).get("total_tokens"),
+        "tokens": _number(_dict(pane.get("tokens")).get("total_tokens")),
     }
 
 
@@ -84,23 +114,37 @@ def _epoch(iso: str) -> float:
 
 def error_row(target: Target, reason: str) -> dict[str, Any]:
     """A service that did not answer, as one row."""
-    return {"service": target.name, "url": target.url, "error": reason}
+    return {
+        "service": terminal_safe(target.name),
+        "url": terminal_safe(target.url),
+        "error": terminal_safe(reason)[:REASON_CHARS],
+    }
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The first exception an exception group (the SDK's task groups) holds, unwrapped."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def failure_reason(exc: BaseException) -> str:
-    """One line saying why a call to a service failed."""
-    if isinstance(exc, PanewardenError):
-        return exc.message
-    return connection_failure(exc) or f"{type(exc).__name__}: {exc}"
+    """One clean line saying why a call to a service failed."""
+    cause = root_cause(exc)
+    if isinstance(cause, PanewardenError):
+        reason = cause.message
+    else:
+        reason = connection_failure(exc) or f"{type(cause).__name__}: {cause}"
+    return terminal_safe(reason)[:REASON_CHARS]
 
 
 def _tool_error(result: CallToolResult) -> str:
     text = next((c.text for c in result.content if isinstance(c, TextContent)), "")
     try:
         body = json.loads(text)
-        return f"{body['code']}: {body['message']}"
+        return terminal_safe(f"{body['code']}: {body['message']}")[:REASON_CHARS]
     except (ValueError, KeyError, TypeError):
-        return text[:200]
+        return terminal_safe(text)[:REASON_CHARS]
 
 
 @contextlib.asynccontextmanager
@@ -112,10 +156,11 @@ async def connect(target: Target) -> AsyncIterator[Client]:
         )
     token = read_token_file(target.token_file)
     http = httpx2.AsyncClient(
-        headers={"Authorization": f"Bearer {token}"},
+        headers={"Authorization": f"Bearer {token}", **IDENTITY},
         timeout=httpx2.Timeout(CONNECT_TIMEOUT_S, read=REFRESH_S + CALL_TIMEOUT_S),
         # An HTTP(S)_PROXY from the environment must never see the token.
         trust_env=False,
+        transport=CappedTransport(),
     )
     async with http, Client(streamable_http_client(target.url, http_client=http)) as client:
         yield client
@@ -126,7 +171,9 @@ async def list_panes(client: Client) -> list[dict[str, Any]]:
     result = await client.call_tool("list_panes", {}, read_timeout_seconds=CALL_TIMEOUT_S)
     if result.is_error:
         raise PanewardenError(ErrorCode.INTERNAL, f"list_panes failed: {_tool_error(result)}")
-    panes = (result.structured_content or {}).get("panes", [])
+    panes = _dict(result.structured_content).get("panes", [])
+    if not isinstance(panes, list):
+        raise PanewardenError(ErrorCode.INTERNAL, "list_panes answered no list of panes")
     return [p for p in panes if isinstance(p, dict)]
 
 
@@ -136,9 +183,9 @@ async def fetch_once(target: Target) -> list[dict[str, Any]]:
         async with asyncio.timeout(CONNECT_TIMEOUT_S + CALL_TIMEOUT_S):
             async with connect(target) as client:
                 panes = await list_panes(client)
+            return [pane_row(target.name, p) for p in panes]
     except Exception as exc:
         return [error_row(target, failure_reason(exc))]
-    return [pane_row(target.name, p) for p in panes]
 
 
 async def _wait_any(client: Client, chunk: list[dict[str, Any]], timeout_s: float) -> None:

@@ -87,6 +87,11 @@ def watch_command(args: argparse.Namespace, config: ServiceConfig) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         pass
+    except Exception as exc:  # the CLI's boundary: one clean line, never a traceback
+        from supervisor.cli.top_feed import failure_reason
+
+        print(f"panewarden watch: {failure_reason(exc)}", file=sys.stderr)
+        return EXIT_FAILED
     return 0
 
 
@@ -140,7 +145,7 @@ async def _watch(pane: str, events: AsyncIterator[Event]) -> None:
             name, data = event
             if name == "status" and data.get("pane") == pane:
                 state.status = data
-                if data.get("removed"):
+                if data.get("removed") is True:
                     raise WatchError(f"pane {pane!r} was removed")
             elif name == "screen":
                 state.screen = data

@@ -4,6 +4,10 @@ status line, as one string of terminal output (pure: no I/O).
 The pane's size is the pane's (the viewer never resizes it): a screen wider or taller
 than the terminal is cropped, a line cut short ends in a reverse-video ``>`` and the
 status line says ``cropped``; rows are taken so the pane's cursor stays in view.
+
+What the service sent is data: a screen line keeps its colour (SGR) sequences and
+nothing else of the kind, every status field is cleaned (``terminal_safe``) and a field
+of the wrong type shows as ``?``; a screen that is not one is not drawn.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
+
+from protocol.terminal_text import terminal_safe
 
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
 RESET = "\x1b[0m"
@@ -59,24 +65,48 @@ class WatchState:
     screen: dict[str, Any] | None = None
 
 
+def _field(value: Any, absent: str = "?") -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return absent
+    return terminal_safe(value)[:120]
+
+
+def _screen(data: dict[str, Any] | None) -> tuple[list[str], int, int, int] | None:
+    """The lines, cursor row, cols and rows of a screen event, or None if it is not one."""
+    if data is None:
+        return None
+    lines, cursor, cols, rows = (data.get(k) for k in ("lines", "cursor", "cols", "rows"))
+    if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
+        return None
+    if not isinstance(cursor, list) or not cursor or not isinstance(cursor[0], int):
+        return None
+    if not isinstance(cols, int) or not isinstance(rows, int):
+        return None
+    return lines, cursor[0], cols, rows
+
+
 def status_line(state: WatchState, cropped: bool) -> str:
     """The one-line summary: state, kind, turn, seq, lifecycle, confined, lease."""
     s = state.status
     lease = s.get("lease")
+    held = "-"
+    if isinstance(lease, dict):
+        held = _field(lease.get("lease_type")) + ":" + _field(lease.get("lease_id"))
     parts = [
-        state.pane,
-        f"state={s.get('state', '?')}",
-        f"kind={s.get('kind') or '-'}",
-        f"turn={s.get('turn', '?')}",
-        f"seq={s.get('seq', '?')}",
-        f"lifecycle={s.get('lifecycle', '?')}",
-        f"confined={'yes' if s.get('confined') else 'no'}",
-        f"lease={lease['lease_type'] + ':' + lease['lease_id'] if lease else '-'}",
+        terminal_safe(state.pane),
+        f"state={_field(s.get('state'))}",
+        f"kind={_field(s.get('kind'), '-') if s.get('kind') else '-'}",
+        f"turn={_field(s.get('turn'))}",
+        f"seq={_field(s.get('seq'))}",
+        f"lifecycle={_field(s.get('lifecycle'))}",
+        f"confined={'yes' if s.get('confined') is True else 'no'}",
+        f"lease={held}",
     ]
     if s.get("removed"):
         parts.append("REMOVED")
-    if cropped and state.screen is not None:
-        parts.append(f"cropped {state.screen['cols']}x{state.screen['rows']}")
+    screen = _screen(state.screen)
+    if cropped and screen is not None:
+        parts.append(f"cropped {screen[2]}x{screen[3]}")
     parts.append("(read-only, q quits)")
     return "  ".join(parts)
 
@@ -86,17 +116,16 @@ def render(state: WatchState, cols: int, rows: int) -> str:
     body_rows = max(0, rows - 1)
     out = ["\x1b[H"]
     cropped = False
-    screen = state.screen
+    screen = _screen(state.screen)
     lines: list[str] = []
     if screen is not None:
-        lines = list(screen["lines"])
-        cursor_row = int(screen["cursor"][0])
+        lines, cursor_row, screen_cols, _ = screen
         start = 0
         if len(lines) > body_rows:
             cropped = True
             start = max(0, min(cursor_row - body_rows + 1, len(lines) - body_rows))
-        lines = lines[start : start + body_rows]
-        cropped = cropped or int(screen["cols"]) > cols
+        lines = [terminal_safe(line, keep_sgr=True) for line in lines[start : start + body_rows]]
+        cropped = cropped or screen_cols > cols
     for row in range(body_rows):
         line = lines[row] if row < len(lines) else ""
         out.append(_fit(line, cols) + "\x1b[K")

@@ -7,8 +7,10 @@ endpoint delays nothing but its own later notifications:
 - each queue holds at most ``QUEUE_LIMIT`` events; a full queue drops its **oldest**
   event (the newest says most about the pane now) and counts it as dropped;
 - a webhook attempt is bounded by ``CONNECT_TIMEOUT_S`` to connect and
-  ``TOTAL_TIMEOUT_S`` in all; a command by ``COMMAND_TIMEOUT_S``, then its process group
-  is killed and reaped (``ManagedChildren``, injected as ``run_command``);
+  ``TOTAL_TIMEOUT_S`` in all, and only its status is used: ``identity`` is asked and
+  at most ``RESPONSE_READ_BYTES`` of the body are read, undecoded; a command by
+  ``COMMAND_TIMEOUT_S``, then its process group is killed and reaped
+  (``ManagedChildren``, injected as ``run_command``);
 - an event is tried ``ATTEMPTS`` times in all, after ``BACKOFF_S`` then twice that;
   only a timeout, a transport error, a 5xx or a 429 is retried. An event that never got
   through is counted as failed.
@@ -40,6 +42,8 @@ log = logging.getLogger(__name__)
 QUEUE_LIMIT = 64
 CONNECT_TIMEOUT_S = 2.0
 TOTAL_TIMEOUT_S = 5.0
+# How much of a webhook's answer is read (raw) before the connection is dropped.
+RESPONSE_READ_BYTES = 4096
 COMMAND_TIMEOUT_S = 10.0
 ATTEMPTS = 3
 BACKOFF_S = 0.5
@@ -258,10 +262,23 @@ class Notifier:
 
     async def _attempt_webhook(self, lane: _Lane, target: WebhookTarget, body: bytes) -> None:
         assert self._http is not None
-        headers = {**dict(target.headers), "Content-Type": "application/json"}
+        headers = {
+            **dict(target.headers),
+            "Content-Type": "application/json",
+            "Accept-Encoding": "identity",
+        }
         try:
-            async with asyncio.timeout(TOTAL_TIMEOUT_S):
-                response = await self._http.post(target.url, content=body, headers=headers)
+            async with (
+                asyncio.timeout(TOTAL_TIMEOUT_S),
+                self._http.stream("POST", target.url, content=body, headers=headers) as response,
+            ):
+                # Only the status counts: at most RESPONSE_READ_BYTES of the body are read,
+                # raw (never decoded), so a compressed or endless answer costs that bound.
+                seen = 0
+                async for chunk in response.aiter_raw():
+                    seen += len(chunk)
+                    if seen >= RESPONSE_READ_BYTES:
+                        break
         except (TimeoutError, httpx2.TimeoutException):
             lane.counts.timeouts += 1
             raise _Retry("timed out") from None

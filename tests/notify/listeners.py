@@ -1,15 +1,18 @@
 """Real HTTP endpoints on 127.0.0.1 for the notification tests, each on its own thread.
 
 ``Recorder`` answers 204 to every POST and keeps each request with its arrival time;
-``Hanging`` accepts connections and never answers (nor closes them).
+``Hanging`` accepts connections and never answers (nor closes them); ``GzipBomb``
+answers a small gzip body that decodes to hundreds of MiB.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -120,3 +123,54 @@ class Hanging:
         for conn in self._held:
             conn.close()
         self._sock.close()
+
+
+def _gzip_bomb(decoded_bytes: int) -> bytes:
+    """``decoded_bytes`` of zeros, gzipped (some 1/1000 of the size)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = bytes(1024 * 1024)
+    parts = [packer.compress(block) for _ in range(decoded_bytes // len(block))]
+    return b"".join([*parts, packer.flush()])
+
+
+class GzipBomb:
+    """An HTTP server answering every POST 200 with a gzip body of ``decoded_bytes``
+    (whatever encoding was asked); use as a context manager."""
+
+    def __init__(self, decoded_bytes: int = 400 * 1024 * 1024) -> None:
+        self.body = _gzip_bomb(decoded_bytes)
+        self.posts: list[dict[str, str]] = []
+        bomb = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                bomb.posts.append({k.lower(): v for k, v in self.headers.items()})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Encoding", "gzip")
+                self.send_header("Content-Length", str(len(bomb.body)))
+                self.end_headers()
+                with contextlib.suppress(OSError):
+                    self.wfile.write(bomb.body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/hook"
+
+    def __enter__(self) -> GzipBomb:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)

@@ -4,7 +4,8 @@ A webhook hears ``blocked`` then ``done`` within 1 s of each status change; a SI
 worker is ``lost``; a watchdog that reached its nudge cap is ``watchdog_gave_up``; a
 command gets the same body on stdin with a minimal environment; a hanging endpoint does
 not slow ``get_status`` and its timeouts show in ``service_status``; a bad file is
-``config_invalid`` at start. (``receipt_ambiguous``: tests/control/test_receipts.py.)
+``config_invalid`` at start; a webhook answering a gzip bomb costs the service no more
+than a small read (its peak RSS, measured). (``receipt_ambiguous``: tests/control/test_receipts.py.)
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from mcp import Client
 
 from tests.conftest import REPO, Tools, service_env, stdio_params
-from tests.notify.listeners import Hanging, Recorder
+from tests.notify.listeners import GzipBomb, Hanging, Recorder
 from tests.polling import apoll
 
 pytestmark = pytest.mark.anyio
@@ -265,3 +267,50 @@ def test_a_bad_file_is_config_invalid_at_start(
     assert proc.returncode != 0
     err = proc.stderr.decode()
     assert "config_invalid" in err and "PANEWARDEN_NOTIFY" in err and named in err, err
+
+
+def _service_pid() -> int:
+    """The ``serve --stdio`` child of this test process."""
+    serving = [
+        p.pid
+        for p in psutil.Process().children()
+        if p.cmdline()[1:4] == ["-m", "supervisor", "serve"]
+    ]
+    assert len(serving) == 1, serving
+    return serving[0]
+
+
+def _peak_rss_kib(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1])
+
+
+@pytest.mark.timeout(90)
+async def test_a_gzip_bomb_answer_is_not_read_into_the_service(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    with GzipBomb() as bomb:
+        notify = write_notify(
+            tmp_path / "notify.json", {"webhooks": [{"url": bomb.url, "events": ["blocked"]}]}
+        )
+        async with Client(stdio_params(state_dir, PANEWARDEN_NOTIFY=str(notify))) as client:
+            tools = Tools(client)
+            await tools.call("start_pane", name="n1", profile="demo")
+            await tools.wait("n1", until=["idle"])
+            service_pid = _service_pid()
+            before = _peak_rss_kib(service_pid)
+            await tools.call("send_input", name="n1", text="dialog make deploy")
+            await tools.wait("n1", until=["blocked"])
+            await apoll(lambda: len(bomb.posts) == 1, 10, what="the blocked webhook")
+
+            async def delivered() -> bool:
+                figures = (await tools.call("service_status"))["notifications"]
+                return bool(figures["sent"] == 1)
+
+            await apoll(delivered, 10, what="the webhook counted as sent")
+            grown_kib = _peak_rss_kib(service_pid) - before
+            print(f"service peak RSS grew {grown_kib / 1024:.1f} MiB for a {len(bomb.body)} B bomb")
+            # The bomb decodes to 400 MiB; read whole it took some 780 MiB.
+            assert grown_kib < 32 * 1024, grown_kib
+            assert bomb.posts[0]["accept-encoding"] == "identity"
+            await tools.call("remove_pane", name="n1")

@@ -8,8 +8,9 @@ Each event has a name and a JSON object:
   ``removed`` (true once: the pane left the service; a pane feed then ends);
 - ``screen``: one pane's visible screen: ``pane``, ``frame``, ``cols``, ``rows``,
   ``cursor`` ([row, col], 0-based), ``lines`` (one ANSI line per row, SGR only, each
-  starting and ending in the default style) and ``plain`` (true: no colours, the
-  coloured frame was too large);
+  starting and ending in the default style, cleaned by ``terminal_safe``: whatever the
+  backend, no other control, bidi control or line separator reaches a viewer) and
+  ``plain`` (true: no colours, the coloured frame was too large);
 - ``error``: ``code`` and ``message`` (operator socket only: HTTP answers a status code
   before the stream starts).
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from protocol.messages import ScreenFrame
+from protocol.terminal_text import terminal_safe
 from supervisor.front.tools.pane_tools import lease_info, status_dict
 from supervisor.panes.pane import Pane
 
@@ -46,6 +48,6 @@ def screen_event(pane: str, frame: ScreenFrame) -> dict[str, Any]:
         "cols": frame.cols,
         "rows": frame.rows,
         "cursor": list(frame.cursor),
-        "lines": frame.lines,
+        "lines": [terminal_safe(line, keep_sgr=True) for line in frame.lines],
         "plain": frame.plain,
     }

@@ -11,6 +11,8 @@
 
 Everything is behind the same Host/Origin gate as ``/mcp`` (it wraps the whole app),
 every answer is ``Cache-Control: no-store``, and nothing here can type into a pane.
+A reload of the clients file ends at once every open feed whose token it removed or
+left without ``read``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from protocol.errors import ErrorCode, PanewardenError
-from supervisor.auth.access import Caller
+from supervisor.auth.clients import ClientTable
 from supervisor.auth.http_access import HttpGate
 from supervisor.front.feed.hub import FeedHub, Viewer
 from supervisor.front.feed.wire import KEEPALIVE_S
@@ -48,12 +50,17 @@ def _error(code: ErrorCode, message: str, status: int) -> Response:
     return JSONResponse({"code": code.value, "message": message}, status, headers=headers)
 
 
-def _caller(request: Request, gate: HttpGate) -> Caller | None:
+def _token(request: Request) -> str | None:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if not hmac.compare_digest(scheme.lower().encode(), b"bearer") or not token.strip():
         return None
-    return gate.table.lookup(token.strip())
+    return token.strip()
+
+
+def _may_read(table: ClientTable, token: str) -> bool:
+    caller = table.lookup(token)
+    return caller is not None and "read" in caller.scopes
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
@@ -79,6 +86,14 @@ class FeedRoutes:
         self._app = app
         self._hub = hub
         self._gate = gate
+        # The open feeds and the token each was opened with.
+        self._open: dict[Viewer, str] = {}
+        gate.on_reload(self._revoke)
+
+    def _revoke(self, table: ClientTable) -> None:
+        for viewer, token in list(self._open.items()):
+            if not _may_read(table, token):
+                viewer.end()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -102,8 +117,9 @@ class FeedRoutes:
         await self._feed(request, scope, receive, send)
 
     async def _feed(self, request: Request, scope: Scope, receive: Receive, send: Send) -> None:
-        caller = _caller(request, self._gate)
-        if caller is None:
+        token = _token(request)
+        caller = None if token is None else self._gate.table.lookup(token)
+        if caller is None or token is None:
             response = _error(ErrorCode.FORBIDDEN, "a valid bearer token is required", 401)
         elif "read" not in caller.scopes:
             response = _error(
@@ -118,6 +134,7 @@ class FeedRoutes:
             except PanewardenError as exc:
                 response = _error(exc.code, exc.message, _STATUS_OF.get(exc.code, 400))
             else:
+                self._open[viewer] = token
                 try:
                     stream = StreamingResponse(
                         _stream(viewer),
@@ -126,6 +143,7 @@ class FeedRoutes:
                     )
                     await stream(scope, receive, send)
                 finally:
+                    self._open.pop(viewer, None)
                     self._hub.close(viewer)
                 return
         await response(scope, receive, send)
