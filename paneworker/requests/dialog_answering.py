@@ -145,8 +145,9 @@ class DialogAnswering:
             job.generation = generation
             try:
                 plan = job.recogniser(self._screen(), job.answer)
-            except PanewardenError:
-                if expired:
+            except PanewardenError as exc:
+                # A recognised dialog whose answer is refused is not waited on.
+                if expired or exc.code != ErrorCode.DIALOG_UNRECOGNIZED:
                     raise
             else:
                 self._recognised(job, plan)

@@ -92,6 +92,12 @@ def refuse(message: str) -> PanewardenError:
     return PanewardenError(ErrorCode.DIALOG_UNRECOGNIZED, message + "; nothing was sent")
 
 
+def refuse_answer(message: str) -> PanewardenError:
+    """The ``dialog_refused`` error: the dialog is recognised, but this answer would change
+    the program's configuration or trust for good, so it is never pressed."""
+    return PanewardenError(ErrorCode.DIALOG_REFUSED, message + "; nothing was sent")
+
+
 def norm(text: str) -> str:
     """Lower-cased with runs of whitespace collapsed, for comparing labels."""
     return " ".join(text.split()).lower()

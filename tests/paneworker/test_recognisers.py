@@ -19,6 +19,7 @@ from protocol.agents.dialog_kit import DialogPlan
 from protocol.errors import PanewardenError
 from tests.paneworker.dialog_screens import (
     CAPTURED,
+    CLAUDE_OFFER,
     DEMO_DIALOG,
     DEVIN_OPTIONS,
     DOWN,
@@ -213,7 +214,25 @@ def test_devin_refuses_what_it_does_not_know(screen: str) -> None:
 def test_claude_trust_prompt_is_only_ever_declined_with_esc() -> None:
     for offset in (1452, 1569):  # focus on "No, exit", then on "Yes, I trust"
         assert plan("claude", claude_at(offset), "deny_once").steps == (ESC,)
-        assert "rule-creating" in refusal("claude", claude_at(offset), "allow_once")
+        refused = refusal("claude", claude_at(offset), "allow_once", "dialog_refused")
+        assert "rule-creating" in refused
+
+
+def test_claude_fullscreen_offer_is_declined_with_not_now_and_never_accepted() -> None:
+    """Measured on 2.1.332 (a HOME that has started Claude before): "Not now" changes
+    nothing for good, "Yes, try it" writes the renderer into its settings."""
+    assert plan("claude", CLAUDE_OFFER, "deny_once").steps == (DOWN, ENTER)
+    moved = CLAUDE_OFFER.replace("❯ 1. Yes, try it", "  1. Yes, try it").replace(
+        "    2. Not now", "  ❯ 2. Not now"
+    )
+    assert plan("claude", moved, "deny_once").steps == (ENTER,)
+    for screen in (CLAUDE_OFFER, moved):
+        refused = refusal("claude", screen, "allow_once", "dialog_refused")
+        assert "settings for good" in refused
+    # Another option, or no hint under them: not the measured offer.
+    other = CLAUDE_OFFER.replace("2. Not now", "2. Always")
+    refusal("claude", other, "deny_once")
+    refusal("claude", CLAUDE_OFFER.replace("Enter to confirm", "Enter to go"), "deny_once")
 
 
 def test_claude_refuses_its_other_screens() -> None:

@@ -1,5 +1,5 @@
-"""Claude Code (npm ``@anthropic-ai/claude-code``): its folder-trust prompt and its
-Bash-command permission dialog, both measured (``tests/captured/claude``; the tool
+"""Claude Code (npm ``@anthropic-ai/claude-code``): its folder-trust prompt, its
+fullscreen-renderer offer at start-up and its Bash-command permission dialog, all measured (``tests/captured/claude``; the tool
 dialog reached with a fake model on loopback). Esc declines the trust prompt (trusting is
 rule-creating and refused). It reports its state over OSC 7501 once the pane answers the
 probe. ``reviewer_start`` may choose its model and effort.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from protocol.agents.dialog_kit import (
     ALLOW_ONCE,
+    MENU_OPTION,
     DENY_ONCE,
     ESC,
     DialogPlan,
@@ -17,6 +18,7 @@ from protocol.agents.dialog_kit import (
     norm,
     numbered_menu,
     refuse,
+    refuse_answer,
 )
 from protocol.agents.spec import NO_LAUNCH_RULES, AgentSpec
 
@@ -30,11 +32,26 @@ _CLAUDE_TOOL_HEADER = "bash command"
 _CLAUDE_HEADER_ROWS = 12
 
 
+# Measured (2.1.332, tests/realcli/test_real_startup_screens.py): a HOME whose
+# ~/.claude.json has no fullscreenUpsellSeenCount >= 3 opens on this offer, even with
+# CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1; "Yes, try it" writes the renderer into the
+# user's settings for good, "Not now" changes nothing but the offer's counter.
+_CLAUDE_UPSELL_QUESTION = "try the new fullscreen renderer?"
+_CLAUDE_UPSELL_OPTIONS = ("yes, try it", "not now")
+_CLAUDE_UPSELL_ROWS = 8
+
+
 def recognise(screen: DialogScreen, answer: str) -> DialogPlan:
-    """Claude Code's folder-trust prompt and its Bash-command permission dialog."""
+    """Claude Code's folder-trust prompt, its fullscreen-renderer offer and its
+    Bash-command permission dialog."""
     questions = [row for row, line in enumerate(screen.lines) if norm(line) == _CLAUDE_QUESTION]
     if questions:
         return _tool_dialog(screen, answer, questions)
+    upsells = [
+        row for row, line in enumerate(screen.lines) if norm(line) == _CLAUDE_UPSELL_QUESTION
+    ]
+    if upsells:
+        return _upsell(screen, answer, upsells)
     rows = [row for row, line in enumerate(screen.lines) if line.strip()]
     texts = [norm(screen.lines[row].strip().removeprefix("❯")) for row in rows]
     shaped = (
@@ -48,10 +65,46 @@ def recognise(screen: DialogScreen, answer: str) -> DialogPlan:
             "no Claude Code folder-trust prompt or Bash-command permission dialog is on screen"
         )
     if answer == ALLOW_ONCE:
-        raise refuse("trusting a folder is rule-creating and is never selected")
+        raise refuse_answer("trusting a folder is rule-creating and is never selected")
     top = texts.index("accessing workspace:")
     # Measured (tests/captured/claude/startup): Esc declines and Claude Code exits.
     return DialogPlan((ESC,), tuple(texts[top:]))
+
+
+def _upsell(screen: DialogScreen, answer: str, questions: list[int]) -> DialogPlan:
+    """The measured offer (2.1.332)::
+
+      Try the new fullscreen renderer?
+      · <three feature rows>
+      ❯ 1. Yes, try it
+        2. Not now
+      Enter to confirm · Esc to cancel
+
+    ``deny_once`` moves to "Not now" and confirms; ``allow_once`` is refused.
+    """
+    lines = screen.lines
+    if len(questions) != 1:
+        raise refuse("more than one Claude Code fullscreen offer is on screen")
+    question = questions[0]
+    first = next(
+        (
+            row
+            for row in range(question + 1, min(len(lines), question + _CLAUDE_UPSELL_ROWS))
+            if MENU_OPTION.match(lines[row])
+        ),
+        None,
+    )
+    if first is None:
+        raise refuse("the Claude Code fullscreen offer shows no options")
+    menu = numbered_menu(lines, first, _CLAUDE_TRUST_HINT)
+    if menu.labels != _CLAUDE_UPSELL_OPTIONS:
+        raise refuse("the Claude Code fullscreen offer does not offer 'Yes, try it' / 'Not now'")
+    if answer == ALLOW_ONCE:
+        raise refuse_answer(
+            "accepting the fullscreen renderer changes Claude Code's settings for good"
+        )
+    fingerprint = (_CLAUDE_UPSELL_QUESTION, *menu.labels, norm(lines[menu.hint_row]))
+    return DialogPlan(navigate(screen, menu.focus, menu.labels.index("not now")), fingerprint)
 
 
 def _tool_dialog(screen: DialogScreen, answer: str, questions: list[int]) -> DialogPlan:
@@ -103,6 +156,9 @@ SPEC = AgentSpec(
     submit_sign="turn",
     launch=NO_LAUNCH_RULES,
     model_flags=("--model", "--effort"),
-    summary="Claude Code: OSC 7501 status, Bash and folder-trust dialogs, reviewer model flags",
+    summary=(
+        "Claude Code: OSC 7501 status, Bash and folder-trust dialogs, fullscreen offer,"
+        " reviewer model flags"
+    ),
     home_writable=(".claude/", ".claude.json", ".cache/claude/", ".config/claude/"),
 )
