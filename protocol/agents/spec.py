@@ -91,6 +91,10 @@ class AgentSpec:
     # "/" and is made when missing, a file is bound only when it exists) when its pane is
     # confined: the rest of HOME stays read-only there (supervisor.confinement).
     home_writable: tuple[str, ...]
+    # What ``interrupt_pane`` writes while the pane reads ``blocked`` (a choice is on
+    # screen): the key the kind's dialogs document as cancelling them (Esc), or Ctrl-C
+    # where no such key was measured. Outside a choice it always writes Ctrl-C.
+    choice_interrupt: bytes
 
     def __post_init__(self) -> None:
         if self.enter_after_echo and self.submit_sign != "turn":

@@ -51,9 +51,7 @@ def plan(agent: str, data: str | bytes, answer: str) -> DialogPlan:
     return recogniser_for(agent)(dialog_screen(terminal_with(data)), answer)
 
 
-def refusal(
-    agent: str, data: str | bytes, answer: str, code: str = "dialog_unrecognized"
-) -> str:
+def refusal(agent: str, data: str | bytes, answer: str, code: str = "dialog_unrecognized") -> str:
     with pytest.raises(PanewardenError) as caught:
         plan(agent, data, answer)
     assert caught.value.code.value == code

@@ -293,7 +293,9 @@ async def test_aider_allowed_command_that_prints_ends_done_with_the_reply(env: E
     idle = await _ready(env, "aider", "aider")
     marker = env.work / "printed.marker"
     sent = await env.tools.call(
-        "send_input", name="aider", text=f"RUN: echo ran >> {marker.name}; sleep 0.5; echo printed-by-it"
+        "send_input",
+        name="aider",
+        text=f"RUN: echo ran >> {marker.name}; sleep 0.5; echo printed-by-it",
     )
     blocked = await env.tools.wait("aider", after=max(idle["seq"], sent["seq"]), until=["blocked"])
     assert (blocked["state"], blocked["kind"]) == ("blocked", "permission"), blocked

@@ -4,8 +4,9 @@ Claude Code 2.1.332, started a second time in one HOME with
 ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` and nothing in ``~/.claude.json`` saying
 the offer was seen, opens on "Try the new fullscreen renderer?". The pane must read
 ``blocked`` with a ``kind``, ``allow_once`` must be refused (accepting changes Claude's
-renderer setting for good), ``deny_once`` must pick "Not now", and the pane must then
-reach ``idle`` and take a prompt. Runs against ``tests/tools/fake_model.py`` on loopback.
+renderer setting for good), ``deny_once`` must pick "Not now" (and ``interrupt_pane``
+send Esc, which cancels it), and the pane must then reach ``idle`` and take a prompt.
+Runs against ``tests/tools/fake_model.py`` on loopback.
 """
 
 from __future__ import annotations
@@ -53,15 +54,16 @@ async def claude_env(
     config = json.loads((home / ".claude.json").read_text())
     del config["fullscreenUpsellSeenCount"]
     (home / ".claude.json").write_text(json.dumps(config))
+    env = cli_env("claude", fake_model.url, home)
+    assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
     profile = {
         "name": "claude",
         "agent": "claude",
         "argv": [str(cli_path(CLAUDE))],
         "cwds": [str(work)],
-        "env": cli_env("claude", fake_model.url, home),
+        "env": env,
         "confine": True,
     }
-    assert profile["env"]["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
     pfile = tmp_path / "profiles.json"
     pfile.write_text(json.dumps({"profiles": [profile]}))
     state = tmp_path / "state"
@@ -90,9 +92,10 @@ async def test_claude_second_start_nudge_is_blocked_and_deny_once_passes_it(
     claude_env: tuple[Tools, Path, Path],
 ) -> None:
     tools, home, _work = claude_env
-    for start in (1, 2):
-        # Confined, the first start offers it too; the second start is the issue's case.
-        await _passes_the_nudge(tools, home, last=start == 2)
+    # Confined, the first start offers it too: interrupt_pane sends Claude's documented
+    # cancel key there (Esc; Ctrl-C changed nothing). The second start is the issue's case.
+    await _passes_the_nudge(tools, home, last=False)
+    await _passes_the_nudge(tools, home, last=True)
 
 
 async def _passes_the_nudge(tools: Tools, home: Path, *, last: bool) -> None:
@@ -105,8 +108,12 @@ async def _passes_the_nudge(tools: Tools, home: Path, *, last: bool) -> None:
     assert refused["code"] == "dialog_refused", refused
     assert NUDGE in await _screen(tools)
 
-    await tools.call("answer_dialog", name="claude", answer="deny_once")
+    if last:
+        await tools.call("answer_dialog", name="claude", answer="deny_once")
+    else:
+        await tools.call("interrupt_pane", name="claude")
     idle = await tools.wait("claude", after=blocked["seq"], until=["idle"], timeout_s=20)
+
     async def gone() -> bool:
         return NUDGE not in await _screen(tools)
 

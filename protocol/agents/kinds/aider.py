@@ -85,4 +85,5 @@ SPEC = AgentSpec(
     summary="Aider: screen status, its 'Run shell command?' question; --yes/--yes-always refused",
     # The rest (chat history, tags cache) it writes in the working directory.
     home_writable=(".aider/",),
+    choice_interrupt=b"\x03",  # no cancel key of its choices was measured
 )

@@ -1,17 +1,19 @@
 """Claude Code (npm ``@anthropic-ai/claude-code``): its folder-trust prompt, its
-fullscreen-renderer offer at start-up and its Bash-command permission dialog, all measured (``tests/captured/claude``; the tool
-dialog reached with a fake model on loopback). Esc declines the trust prompt (trusting is
-rule-creating and refused). It reports its state over OSC 7501 once the pane answers the
-probe. ``reviewer_start`` may choose its model and effort.
+fullscreen-renderer offer at start-up and its Bash-command permission dialog, all
+measured (``tests/captured/claude``; the tool dialog reached with a fake model on
+loopback). Esc declines the trust prompt (trusting is rule-creating and refused, with
+``dialog_refused``); "Not now" declines the fullscreen offer (accepting is refused).
+It reports its state over OSC 7501 once the pane answers the probe. ``reviewer_start``
+may choose its model and effort.
 """
 
 from __future__ import annotations
 
 from protocol.agents.dialog_kit import (
     ALLOW_ONCE,
-    MENU_OPTION,
     DENY_ONCE,
     ESC,
+    MENU_OPTION,
     DialogPlan,
     DialogScreen,
     navigate,
@@ -161,4 +163,5 @@ SPEC = AgentSpec(
         " reviewer model flags"
     ),
     home_writable=(".claude/", ".claude.json", ".cache/claude/", ".config/claude/"),
+    choice_interrupt=b"\x1b",  # its dialogs' documented cancel key (measured)
 )

@@ -76,4 +76,5 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="Codex: OSC 7501 status, command approvals, sign-in screen",
     home_writable=(".codex/",),
+    choice_interrupt=b"\x1b",  # its dialogs' documented cancel key (measured)
 )

@@ -57,4 +57,5 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="the bundled demo agent: OSC 7501 status, its permission dialog (docs/design.md §11)",
     home_writable=(),
+    choice_interrupt=b"\x1b",  # its dialogs' documented cancel key (measured)
 )

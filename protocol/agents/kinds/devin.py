@@ -69,4 +69,5 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="Devin: inferred from public descriptions, not measured",
     home_writable=(".devin/", ".config/devin/", ".local/share/devin/"),
+    choice_interrupt=b"\x03",  # no cancel key of its choices was measured
 )

@@ -126,4 +126,5 @@ SPEC = AgentSpec(
     summary="Gemini CLI: title and screen status, shell and folder-trust dialogs; "
     "the approval mode pinned",
     home_writable=(".gemini/",),
+    choice_interrupt=b"\x1b",  # its dialogs' documented cancel key (measured)
 )

@@ -16,4 +16,5 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="any other program: runs, status from OSC 7501 only, dialogs never answered",
     home_writable=(),
+    choice_interrupt=b"\x03",  # no cancel key of its choices was measured
 )

@@ -153,4 +153,5 @@ SPEC = AgentSpec(
         ".local/share/opentui/",
         ".local/state/kilo-sandbox-policy/",
     ),
+    choice_interrupt=b"\x03",  # its Esc opens a reject panel, which cancels nothing
 )

@@ -103,4 +103,5 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="Kiro: inferred from public descriptions, not measured",
     home_writable=(".kiro/", ".local/share/kiro-cli/"),
+    choice_interrupt=b"\x03",  # no cancel key of its choices was measured
 )

@@ -146,4 +146,5 @@ SPEC = AgentSpec(
         ".cache/opencode/",
         ".config/opencode/",
     ),
+    choice_interrupt=b"\x1b",  # its dialogs' documented cancel key (measured)
 )

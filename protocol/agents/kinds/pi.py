@@ -27,4 +27,5 @@ SPEC = AgentSpec(
     model_flags=None,
     summary="Pi: screen status and turns only (it asks before nothing); always confined",
     home_writable=(".pi/",),
+    choice_interrupt=b"\x03",  # no cancel key of its choices was measured
 )

@@ -99,4 +99,5 @@ SPEC = AgentSpec(
     summary="Qwen Code: title and screen status, shell confirmations, provider and trust "
     "screens; the approval mode pinned",
     home_writable=(".qwen/",),
+    choice_interrupt=b"\x1b",  # its dialogs' documented cancel key (measured)
 )
