@@ -272,10 +272,10 @@ def real_plan(cli: str, data: bytes, answer: str) -> DialogPlan:
     return recogniser_for(cli)(dialog_screen(terminal_with(data, 120, 40)), answer)
 
 
-def real_refusal(cli: str, data: bytes, answer: str) -> str:
+def real_refusal(cli: str, data: bytes, answer: str, code: str = "dialog_unrecognized") -> str:
     with pytest.raises(PanewardenError) as caught:
         real_plan(cli, data, answer)
-    assert caught.value.code.value == "dialog_unrecognized"
+    assert caught.value.code.value == code
     return caught.value.message
 
 
@@ -451,14 +451,14 @@ def recorded_at(cli: str, scenario: str, offset: int) -> bytes:
 def test_real_trust_prompts_never_trust_a_folder() -> None:
     for scenario, offset in (("startup", 9303), ("startup", 12385), ("trusted", 9303)):
         trust = recorded_at("gemini", scenario, offset)
-        assert "saved for good" in real_refusal("gemini", trust, "allow_once")
+        assert "saved for good" in real_refusal("gemini", trust, "allow_once", "dialog_refused")
         # Measured: Esc ends Gemini CLI and saves nothing.
         assert real_plan("gemini", trust, "deny_once").steps == (ESC,)
     for offset in (15888, 20039):
         trust = recorded_at("qwen", "trust", offset)
         # Both "Trust folder" and "Don't trust (esc)" are saved in trustedFolders.json.
-        assert "saved for good" in real_refusal("qwen", trust, "allow_once")
-        assert "saved for good" in real_refusal("qwen", trust, "deny_once")
+        assert "saved for good" in real_refusal("qwen", trust, "allow_once", "dialog_refused")
+        assert "saved for good" in real_refusal("qwen", trust, "deny_once", "dialog_refused")
 
 
 def test_gemini_and_qwen_refuse_their_sign_in_screens_and_other_agents_dialogs() -> None:
