@@ -139,6 +139,7 @@ def claude_at(offset: int, scenario: str = "trusted") -> bytes:
 DEMO_DIALOG = crlf((SCREENS / "demo" / "dialog.txt").read_text())
 # Claude Code 2.1.332's start-up offer, copied from a live pane.
 CLAUDE_OFFER = crlf((SCREENS / "claude" / "fullscreen_offer.txt").read_text())
+CLAUDE_AUTO_OFFER = crlf((SCREENS / "claude" / "auto_mode_offer.txt").read_text())
 
 
 def recorded_at(cli: str, scenario: str, offset: int) -> bytes:

@@ -16,6 +16,7 @@ from paneworker.requests.dialog_answering import DIALOG_REDRAW_TIMEOUT_S, DIALOG
 from protocol.messages import AnswerDialog, Failed, Ok, WriteInput
 from tests.paneworker.dialog_screens import (
     BLOCKED,
+    CLAUDE_AUTO_OFFER,
     CLAUDE_OFFER,
     DEMO_DIALOG,
     DEVIN_OPTIONS,
@@ -117,6 +118,7 @@ def test_every_refusal_types_nothing(
 REFUSED_ANSWERS = [
     ("claude", [claude_at(1569).decode()], "allow_once"),  # trusting the folder
     ("claude", [CLAUDE_OFFER + BLOCKED], "allow_once"),  # the fullscreen renderer
+    ("claude", [CLAUDE_AUTO_OFFER + BLOCKED], "allow_once"),  # auto mode as the default
 ]
 
 

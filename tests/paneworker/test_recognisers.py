@@ -19,6 +19,7 @@ from protocol.agents.dialog_kit import DialogPlan
 from protocol.errors import PanewardenError
 from tests.paneworker.dialog_screens import (
     CAPTURED,
+    CLAUDE_AUTO_OFFER,
     CLAUDE_OFFER,
     DEMO_DIALOG,
     DEVIN_OPTIONS,
@@ -487,3 +488,16 @@ def test_demo_recogniser_keeps_its_behaviour() -> None:
     )
     assert "highlight" in refusal("demo", moved, "allow_once")
     assert plan("demo", moved, "deny_once").steps == (ESC,)
+
+
+def test_claude_auto_mode_offer_keeps_manual_mode_and_is_never_accepted() -> None:
+    """Measured on 2.1.332: "Yes" writes defaultMode "auto" (no more dialogs) for good."""
+    assert plan("claude", CLAUDE_AUTO_OFFER, "deny_once").steps == (DOWN, ENTER)
+    refused = refusal("claude", CLAUDE_AUTO_OFFER, "allow_once", "dialog_refused")
+    assert "settings for good" in refused
+    moved = CLAUDE_AUTO_OFFER.replace("❯ Yes, set", "  Yes, set").replace(
+        "    No, keep", "  ❯ No, keep"
+    )
+    assert plan("claude", moved, "deny_once").steps == (ENTER,)
+    refusal("claude", CLAUDE_AUTO_OFFER.replace("No, keep manual mode", "No"), "deny_once")
+    refusal("claude", CLAUDE_AUTO_OFFER + "\r\n\r\n  typed text", "deny_once")

@@ -39,8 +39,14 @@ def fake_model(tmp_path: Path) -> Iterator[FakeModel]:
 
 
 @pytest.fixture
+def unseen() -> str:
+    """The ~/.claude.json key that records the offer under test as seen, left out."""
+    return "fullscreenUpsellSeenCount"
+
+
+@pytest.fixture
 async def claude_env(
-    tmp_path: Path, fake_model: FakeModel
+    tmp_path: Path, fake_model: FakeModel, unseen: str
 ) -> AsyncIterator[tuple[Tools, Path, Path]]:
     need(CLAUDE)
     home = tmp_path / "home"
@@ -52,7 +58,7 @@ async def claude_env(
     # The HOME a user has: the offer's own counter is not pre-set (the other real-CLI
     # tests set it to keep their screens simple).
     config = json.loads((home / ".claude.json").read_text())
-    del config["fullscreenUpsellSeenCount"]
+    del config[unseen]
     (home / ".claude.json").write_text(json.dumps(config))
     env = cli_env("claude", fake_model.url, home)
     assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
@@ -129,4 +135,39 @@ async def _passes_the_nudge(tools: Tools, home: Path, *, last: bool) -> None:
     # "Not now" was chosen: the offer is not accepted in Claude's settings.
     settings = json.loads((home / ".claude" / "settings.json").read_text())
     assert "tui" not in settings, settings
+    await remove_and_check_nothing_left(tools, "claude", home)
+
+
+AUTO_OFFER = "Make auto mode your default permission mode?"
+
+
+@pytest.mark.parametrize("unseen", ["hasSeenAutoDefaultNudge"])
+async def test_claude_auto_mode_offer_is_blocked_never_accepted_and_declined(
+    claude_env: tuple[Tools, Path, Path],
+) -> None:
+    """With the user settings pinning ``defaultMode: "default"`` (what Bash dialogs need),
+    2.1.332 offers to make auto mode the default; accepting would end every dialog."""
+    tools, home, _work = claude_env
+    first = await _started_until(tools, ["blocked", "idle"])
+    shown = await tools.call("wait_output", name="claude", pattern=AUTO_OFFER, timeout_s=10)
+    assert shown["matched"], await _screen(tools)
+    # It may report idle a moment before it draws the offer (then blocked).
+    blocked = first
+    if first["state"] != "blocked":
+        blocked = await tools.wait("claude", after=first["seq"], until=["blocked"], timeout_s=10)
+    assert (blocked["state"], blocked["kind"]) == ("blocked", "permission"), blocked
+    refused = await tools.error("answer_dialog", name="claude", answer="allow_once")
+    assert refused["code"] == "dialog_refused", refused
+    await tools.call("answer_dialog", name="claude", answer="deny_once")
+    idle = await tools.wait("claude", after=blocked["seq"], until=["idle"], timeout_s=20)
+
+    async def gone() -> bool:
+        return AUTO_OFFER not in await _screen(tools)
+
+    assert await apoll(gone, timeout_s=10), await _screen(tools)
+    sent = await tools.call("send_input", name="claude", text="SAY: manual mode kept")
+    done = await tools.wait("claude", after=max(sent["seq"], idle["seq"]), until=["done"])
+    assert done["state"] == "done", done
+    settings = json.loads((home / ".claude" / "settings.json").read_text())
+    assert settings["permissions"]["defaultMode"] == "default", settings
     await remove_and_check_nothing_left(tools, "claude", home)

@@ -43,6 +43,15 @@ _CLAUDE_UPSELL_OPTIONS = ("yes, try it", "not now")
 _CLAUDE_UPSELL_ROWS = 8
 
 
+# Measured (2.1.332): with the user settings pinning another permissions.defaultMode
+# (what panewarden needs for Bash dialogs) and no hasSeenAutoDefaultNudge in
+# ~/.claude.json, it opens on this offer; "Yes" writes defaultMode "auto" into the user
+# settings for good (no more dialogs), "No" records only that the offer was seen.
+_CLAUDE_AUTO_QUESTION = "make auto mode your default permission mode?"
+_CLAUDE_AUTO_OPTIONS = ("yes, set auto mode as my default permission mode", "no, keep manual mode")
+_CLAUDE_AUTO_ROWS = 10
+
+
 def recognise(screen: DialogScreen, answer: str) -> DialogPlan:
     """Claude Code's folder-trust prompt, its fullscreen-renderer offer and its
     Bash-command permission dialog."""
@@ -54,6 +63,9 @@ def recognise(screen: DialogScreen, answer: str) -> DialogPlan:
     ]
     if upsells:
         return _upsell(screen, answer, upsells)
+    nudges = [row for row, line in enumerate(screen.lines) if norm(line) == _CLAUDE_AUTO_QUESTION]
+    if nudges:
+        return _auto_nudge(screen, answer, nudges)
     rows = [row for row, line in enumerate(screen.lines) if line.strip()]
     texts = [norm(screen.lines[row].strip().removeprefix("❯")) for row in rows]
     shaped = (
@@ -107,6 +119,40 @@ def _upsell(screen: DialogScreen, answer: str, questions: list[int]) -> DialogPl
         )
     fingerprint = (_CLAUDE_UPSELL_QUESTION, *menu.labels, norm(lines[menu.hint_row]))
     return DialogPlan(navigate(screen, menu.focus, menu.labels.index("not now")), fingerprint)
+
+
+def _auto_nudge(screen: DialogScreen, answer: str, questions: list[int]) -> DialogPlan:
+    """The measured offer (2.1.332), options without numbers under a ``❯`` focus::
+
+      Make auto mode your default permission mode?
+      <two rows of explanation>
+      ❯ Yes, set auto mode as my default permission mode
+        No, keep manual mode
+
+    The two options must be the last non-empty rows, in that order, with one focus.
+    """
+    lines = screen.lines
+    if len(questions) != 1:
+        raise refuse("more than one Claude Code auto-mode offer is on screen")
+    rows = [
+        row
+        for row in range(questions[0] + 1, min(len(lines), questions[0] + _CLAUDE_AUTO_ROWS))
+        if lines[row].strip()
+    ]
+    if any(lines[row].strip() for row in range(questions[0] + _CLAUDE_AUTO_ROWS, len(lines))):
+        raise refuse("the Claude Code auto-mode offer is followed by other text")
+    options = rows[-2:]
+    focused = [lines[row].strip().startswith("❯") for row in options]
+    labels = tuple(norm(lines[row].strip().removeprefix("❯")) for row in options)
+    if labels != _CLAUDE_AUTO_OPTIONS or focused.count(True) != 1:
+        raise refuse("the Claude Code auto-mode offer does not show its two options with one focus")
+    if answer == ALLOW_ONCE:
+        raise refuse_answer(
+            "making auto mode the default changes Claude Code's settings for good"
+            " (it would ask before nothing)"
+        )
+    fingerprint = (_CLAUDE_AUTO_QUESTION, *labels)
+    return DialogPlan(navigate(screen, focused.index(True), 1), fingerprint)
 
 
 def _tool_dialog(screen: DialogScreen, answer: str, questions: list[int]) -> DialogPlan:
