@@ -27,6 +27,7 @@ class ErrorCode(StrEnum):
     NO_DIALOG = "no_dialog"
     DIALOG_UNRECOGNIZED = "dialog_unrecognized"
     DIALOG_CHANGED = "dialog_changed"
+    DIALOG_REFUSED = "dialog_refused"
     CURSOR_MISMATCH = "cursor_mismatch"
     TIMEOUT = "timeout"
     WORKER_LOST = "worker_lost"

@@ -19,6 +19,13 @@ States of one answer (one at a time per pane):
 In every state the pane must still be blocked on a permission dialog at the same turn;
 zero bytes are written unless the whole dialog is recognised. The reply's ``seq`` is the
 cursor taken before the first key was queued.
+
+A plan with a ``follow_up`` (Aider's "Add command output to the chat?" after an allowed
+command) leaves a watch behind once its last key is queued: while the pane is in the same
+turn and has not settled, each screen change that reads ``blocked`` is offered to the
+follow-up recogniser, and the first screen it recognises is answered once with the same
+answer (after the same settle). The watch ends with the answer, the turn, or a newer
+answer; it never refuses anything and replies to no one.
 """
 
 from __future__ import annotations
@@ -62,7 +69,20 @@ class _Answer:
     deadline: float = 0.0
 
 
+@dataclass
+class _FollowUp:
+    """A question the last answer also answers, watched for while its turn lasts."""
+
+    answer: str
+    recogniser: Recogniser
+    turn: int
+    generation: int = -1
+
+
 _State = Callable[[_Answer], None]
+# States after which the turn of a follow-up is over: nothing more is asked in it.
+_SETTLED = ("idle", "done", "cancelled", "error")
+FOLLOW_UP_POLL_S = 0.05
 
 
 class DialogAnswering:
@@ -83,6 +103,7 @@ class DialogAnswering:
         self._settle_s = settle_s
         self._appear_s = appear_s
         self._job: _Answer | None = None
+        self._follow: _FollowUp | None = None
 
     @property
     def in_progress(self) -> bool:
@@ -114,6 +135,7 @@ class DialogAnswering:
         recogniser = spec_for(self._agent).dialogs
         if recogniser is None:
             raise refuse(f"dialogs of agent kind {self._agent!r} are never answered")
+        self._follow = None  # a newer answer: the client speaks for this dialog now
         job = _Answer(msg.rid, msg.answer, recogniser, status.turn)
         try:
             plan = recogniser(self._screen(), msg.answer)
@@ -145,8 +167,9 @@ class DialogAnswering:
             job.generation = generation
             try:
                 plan = job.recogniser(self._screen(), job.answer)
-            except PanewardenError:
-                if expired:
+            except PanewardenError as exc:
+                # A recognised dialog whose answer is refused is not waited on.
+                if expired or exc.code != ErrorCode.DIALOG_UNRECOGNIZED:
                     raise
             else:
                 self._recognised(job, plan)
@@ -181,6 +204,12 @@ class DialogAnswering:
                 io.screen.status.note_cancel()
             rid, cursor = job.rid, job.cursor
             io.queue(plan.keys, lambda: io.ok(rid, cursor))
+            if plan.follow_up is not None:
+                follow = _FollowUp(
+                    job.answer, plan.follow_up, job.turn, io.screen.terminal.text_generation
+                )
+                self._follow = follow
+                self._scheduler.later(FOLLOW_UP_POLL_S, lambda: self._following(follow))
             return
         job.remaining = len(plan.steps) - 1
         job.generation = io.screen.terminal.text_generation
@@ -210,6 +239,35 @@ class DialogAnswering:
                 "the dialog did not react to the last key in time; no further key was sent",
             )
         self._scheduler.later(DIALOG_POLL_S, lambda: self._step(job, self._pressing))
+
+    def _following(self, follow: _FollowUp) -> None:
+        """Answer the follow-up question once it shows, while its turn lasts."""
+        if self._follow is not follow or self._job is not None:
+            return
+        io = self._io
+        io.drain_output()
+        status = io.screen.status
+        try:
+            io.running_program()
+        except PanewardenError:
+            self._follow = None
+            return
+        if status.turn != follow.turn or status.state in _SETTLED:
+            self._follow = None
+            return
+        generation = io.screen.terminal.text_generation
+        if status.state == "blocked" and generation != follow.generation:
+            try:
+                plan = follow.recogniser(self._screen(), follow.answer)
+            except PanewardenError:
+                follow.generation = generation  # not this screen; look at the next one
+            else:
+                quiet_s = self._scheduler.clock() - io.screen.last_activity
+                if quiet_s >= self._settle_s:
+                    self._follow = None
+                    io.queue(plan.keys)
+                    return
+        self._scheduler.later(FOLLOW_UP_POLL_S, lambda: self._following(follow))
 
     # ------------------------------------------------------------ helpers
 

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from paneworker.requests.dialog_answering import (
     DIALOG_APPEAR_TIMEOUT_S,
+    DIALOG_SETTLE_MAX_S,
     DIALOG_SETTLE_S,
     DialogAnswering,
 )
@@ -111,6 +112,8 @@ class RequestHandler:
             settle_s=dialog_settle_s,
             appear_s=dialog_appear_s,
         )
+        self._spec = spec_for(agent)
+        self._settle_s = dialog_settle_s
         self.prompts = PromptDelivery(
             self.io,
             self.scheduler,
@@ -158,8 +161,15 @@ class RequestHandler:
             case Interrupt(rid=rid):
                 self.io.running_program()
                 cursor = self.io.cursor()
+                # A program showing a choice ignores Ctrl-C there (Claude Code's start-up
+                # offer did): it gets the key its kind documents as cancelling it.
+                self.io.drain_output()
                 self.screen.status.note_cancel()
-                self.io.queue(b"\x03", lambda: self.io.ok(rid, cursor))
+                if self.screen.status.state == "blocked":
+                    deadline = self.scheduler.clock() + DIALOG_SETTLE_MAX_S
+                    self._interrupt_choice(rid, cursor, deadline)
+                else:
+                    self.io.queue(b"\x03", lambda: self.io.ok(rid, cursor))
             case ReadScreen():
                 self._read_screen(msg)
             case AnswerDialog():
@@ -218,6 +228,24 @@ class RequestHandler:
             return False
         self.scheduler.later(wait, lambda: self._step_later(rid, lambda: step(first)))
         return True
+
+    def _interrupt_choice(self, rid: int, cursor: int, deadline: float) -> None:
+        """The kind's cancel key for a choice, once the pane is quiet (as a dialog answer
+        waits: Claude Code drops an Esc sent while it still draws), at most until
+        ``deadline``."""
+        self.io.running_program()
+        now = self.scheduler.clock()
+        self.screen.drain()
+        quiet_s = now - self.screen.last_activity
+        if quiet_s < self._settle_s and now < deadline:
+            self.scheduler.later(
+                self._settle_s - quiet_s,
+                lambda: self._step_later(
+                    rid, lambda: self._interrupt_choice(rid, cursor, deadline)
+                ),
+            )
+            return
+        self.io.queue(self._spec.choice_interrupt, lambda: self.io.ok(rid, cursor))
 
     def _step_later(self, rid: int, step: Callable[[], None]) -> None:
         try:

@@ -103,8 +103,12 @@ class StatusMachine:
         self._input_seen = True
 
     def note_cancel(self) -> None:
-        """The current turn was denied at a dialog or interrupted by the client."""
-        if self._in_turn or self.state == "blocked":
+        """The current turn was denied at a dialog or interrupted by the client.
+
+        A screen declined before any input (a start-up offer) ends no turn: the idle
+        after it stays ``idle``.
+        """
+        if self._in_turn or (self.state == "blocked" and self._input_seen):
             self._turn_cancelled = True
 
     def apply(self, reported: str, kind: str | None, source: StatusSource) -> bool:

@@ -69,10 +69,17 @@ class DialogScreen:
 
 @dataclass(frozen=True)
 class DialogPlan:
-    """The keys to press, one loop step per entry, and the dialog they were planned on."""
+    """The keys to press, one loop step per entry, and the dialog they were planned on.
+
+    ``follow_up``: a recogniser of the question the program asks next, in the same turn,
+    as part of the same choice (Aider's "Add command output to the chat?" after a command
+    it was allowed to run). The worker answers it with the same answer when it shows,
+    while the turn lasts; None: the answer ends with the last step.
+    """
 
     steps: tuple[bytes, ...]
     fingerprint: tuple[str, ...]
+    follow_up: Recogniser | None = None
 
     def __post_init__(self) -> None:
         if not self.steps or not all(self.steps):
@@ -90,6 +97,12 @@ Recogniser = Callable[[DialogScreen, str], DialogPlan]
 def refuse(message: str) -> PanewardenError:
     """The ``dialog_unrecognized`` error a recogniser raises: nothing is pressed."""
     return PanewardenError(ErrorCode.DIALOG_UNRECOGNIZED, message + "; nothing was sent")
+
+
+def refuse_answer(message: str) -> PanewardenError:
+    """The ``dialog_refused`` error: the dialog is recognised, but this answer would change
+    the program's configuration or trust for good, so it is never pressed."""
+    return PanewardenError(ErrorCode.DIALOG_REFUSED, message + "; nothing was sent")
 
 
 def norm(text: str) -> str:

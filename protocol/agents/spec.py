@@ -103,6 +103,10 @@ class AgentSpec:
     # This kind's credential files and directories under HOME: hidden in the panes of
     # every other kind (and of the generic kind).
     credentials: tuple[str, ...]
+    # What ``interrupt_pane`` writes while the pane reads ``blocked`` (a choice is on
+    # screen): the key the kind's dialogs document as cancelling them (Esc), or Ctrl-C
+    # where no such key was measured. Outside a choice it always writes Ctrl-C.
+    choice_interrupt: bytes
 
     def __post_init__(self) -> None:
         if self.enter_after_echo and self.submit_sign != "turn":

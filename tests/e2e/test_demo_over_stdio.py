@@ -130,3 +130,17 @@ async def test_an_unknown_tool_gets_the_json_error_object(tools: Tools) -> None:
     error = await tools.error("start_the_world")
     assert error["code"] == "not_found"
     assert (await tools.call("list_panes"))["panes"] == []
+
+
+async def test_interrupt_pane_on_a_choice_sends_the_kinds_cancel_key(tools: Tools) -> None:
+    """The demo's dialog ignores Ctrl-C, as Claude Code's start-up offer does: the kind's
+    documented key (Esc) is what interrupt_pane sends while the pane reads blocked."""
+    await tools.call("start_pane", name="esc", profile="demo")
+    idle = await tools.wait("esc", until=["idle"])
+    await tools.call("send_input", name="esc", text="dialog rm -rf build")
+    blocked = await tools.wait("esc", after=idle["seq"], until=["blocked"])
+    await tools.call("interrupt_pane", name="esc")
+    ended = await tools.wait("esc", after=blocked["seq"], until=["done", "cancelled", "idle"])
+    assert (ended["state"], ended["turn"]) == ("cancelled", blocked["turn"]), ended
+    assert (await tools.call("wait_output", name="esc", pattern="denied", timeout_s=5))["matched"]
+    await tools.call("remove_pane", name="esc")

@@ -51,10 +51,10 @@ def plan(agent: str, data: str | bytes, answer: str) -> DialogPlan:
     return recogniser_for(agent)(dialog_screen(terminal_with(data)), answer)
 
 
-def refusal(agent: str, data: str | bytes, answer: str) -> str:
+def refusal(agent: str, data: str | bytes, answer: str, code: str = "dialog_unrecognized") -> str:
     with pytest.raises(PanewardenError) as caught:
         plan(agent, data, answer)
-    assert caught.value.code.value == "dialog_unrecognized"
+    assert caught.value.code.value == code
     return caught.value.message
 
 
@@ -137,6 +137,9 @@ def claude_at(offset: int, scenario: str = "trusted") -> bytes:
 
 
 DEMO_DIALOG = crlf((SCREENS / "demo" / "dialog.txt").read_text())
+# Claude Code 2.1.332's start-up offer, copied from a live pane.
+CLAUDE_OFFER = crlf((SCREENS / "claude" / "fullscreen_offer.txt").read_text())
+CLAUDE_AUTO_OFFER = crlf((SCREENS / "claude" / "auto_mode_offer.txt").read_text())
 
 
 def recorded_at(cli: str, scenario: str, offset: int) -> bytes:

@@ -16,6 +16,8 @@ from paneworker.requests.dialog_answering import DIALOG_REDRAW_TIMEOUT_S, DIALOG
 from protocol.messages import AnswerDialog, Failed, Ok, WriteInput
 from tests.paneworker.dialog_screens import (
     BLOCKED,
+    CLAUDE_AUTO_OFFER,
+    CLAUDE_OFFER,
     DEMO_DIALOG,
     DEVIN_OPTIONS,
     DOWN,
@@ -92,7 +94,6 @@ REFUSED = [
     ("kiro", [kiro_dialog(0).replace("ESC to close", "") + BLOCKED], "allow_once"),
     ("devin", [devin_dialog(command="Edit a.py") + BLOCKED], "allow_once"),
     ("devin", [devin_dialog(options=DEVIN_OPTIONS[:3]) + BLOCKED], "deny_once"),
-    ("claude", [claude_at(1569).decode()], "allow_once"),
     ("codex", [opencode_dialog() + BLOCKED], "deny_once"),
     ("generic", [DEMO_DIALOG + BLOCKED], "allow_once"),
 ]
@@ -111,6 +112,29 @@ def test_every_refusal_types_nothing(
 ) -> None:
     pane = blocked_on(scripted(agent, frames), "")
     assert code_of(pane.answer(answer)) == "dialog_unrecognized"
+    assert pane.typed() == b""
+
+
+REFUSED_ANSWERS = [
+    ("claude", [claude_at(1569).decode()], "allow_once"),  # trusting the folder
+    ("claude", [CLAUDE_OFFER + BLOCKED], "allow_once"),  # the fullscreen renderer
+    ("claude", [CLAUDE_AUTO_OFFER + BLOCKED], "allow_once"),  # auto mode as the default
+]
+
+
+@pytest.mark.parametrize(
+    ("agent", "frames", "answer"),
+    REFUSED_ANSWERS,
+    ids=[f"{a}-{ans}-{i}" for i, (a, _, ans) in enumerate(REFUSED_ANSWERS)],
+)
+def test_an_answer_that_changes_configuration_for_good_is_refused(
+    scripted: Callable[..., ScriptedPane],
+    agent: str,
+    frames: list[str],
+    answer: str,
+) -> None:
+    pane = blocked_on(scripted(agent, frames), "")
+    assert code_of(pane.answer(answer)) == "dialog_refused"
     assert pane.typed() == b""
 
 

@@ -19,6 +19,8 @@ from protocol.agents.dialog_kit import DialogPlan
 from protocol.errors import PanewardenError
 from tests.paneworker.dialog_screens import (
     CAPTURED,
+    CLAUDE_AUTO_OFFER,
+    CLAUDE_OFFER,
     DEMO_DIALOG,
     DEVIN_OPTIONS,
     DOWN,
@@ -213,7 +215,25 @@ def test_devin_refuses_what_it_does_not_know(screen: str) -> None:
 def test_claude_trust_prompt_is_only_ever_declined_with_esc() -> None:
     for offset in (1452, 1569):  # focus on "No, exit", then on "Yes, I trust"
         assert plan("claude", claude_at(offset), "deny_once").steps == (ESC,)
-        assert "rule-creating" in refusal("claude", claude_at(offset), "allow_once")
+        refused = refusal("claude", claude_at(offset), "allow_once", "dialog_refused")
+        assert "rule-creating" in refused
+
+
+def test_claude_fullscreen_offer_is_declined_with_not_now_and_never_accepted() -> None:
+    """Measured on 2.1.332 (a HOME that has started Claude before): "Not now" changes
+    nothing for good, "Yes, try it" writes the renderer into its settings."""
+    assert plan("claude", CLAUDE_OFFER, "deny_once").steps == (DOWN, ENTER)
+    moved = CLAUDE_OFFER.replace("❯ 1. Yes, try it", "  1. Yes, try it").replace(
+        "    2. Not now", "  ❯ 2. Not now"
+    )
+    assert plan("claude", moved, "deny_once").steps == (ENTER,)
+    for screen in (CLAUDE_OFFER, moved):
+        refused = refusal("claude", screen, "allow_once", "dialog_refused")
+        assert "settings for good" in refused
+    # Another option, or no hint under them: not the measured offer.
+    other = CLAUDE_OFFER.replace("2. Not now", "2. Always")
+    refusal("claude", other, "deny_once")
+    refusal("claude", CLAUDE_OFFER.replace("Enter to confirm", "Enter to go"), "deny_once")
 
 
 def test_claude_refuses_its_other_screens() -> None:
@@ -253,10 +273,10 @@ def real_plan(cli: str, data: bytes, answer: str) -> DialogPlan:
     return recogniser_for(cli)(dialog_screen(terminal_with(data, 120, 40)), answer)
 
 
-def real_refusal(cli: str, data: bytes, answer: str) -> str:
+def real_refusal(cli: str, data: bytes, answer: str, code: str = "dialog_unrecognized") -> str:
     with pytest.raises(PanewardenError) as caught:
         real_plan(cli, data, answer)
-    assert caught.value.code.value == "dialog_unrecognized"
+    assert caught.value.code.value == code
     return caught.value.message
 
 
@@ -432,14 +452,14 @@ def recorded_at(cli: str, scenario: str, offset: int) -> bytes:
 def test_real_trust_prompts_never_trust_a_folder() -> None:
     for scenario, offset in (("startup", 9303), ("startup", 12385), ("trusted", 9303)):
         trust = recorded_at("gemini", scenario, offset)
-        assert "saved for good" in real_refusal("gemini", trust, "allow_once")
+        assert "saved for good" in real_refusal("gemini", trust, "allow_once", "dialog_refused")
         # Measured: Esc ends Gemini CLI and saves nothing.
         assert real_plan("gemini", trust, "deny_once").steps == (ESC,)
     for offset in (15888, 20039):
         trust = recorded_at("qwen", "trust", offset)
         # Both "Trust folder" and "Don't trust (esc)" are saved in trustedFolders.json.
-        assert "saved for good" in real_refusal("qwen", trust, "allow_once")
-        assert "saved for good" in real_refusal("qwen", trust, "deny_once")
+        assert "saved for good" in real_refusal("qwen", trust, "allow_once", "dialog_refused")
+        assert "saved for good" in real_refusal("qwen", trust, "deny_once", "dialog_refused")
 
 
 def test_gemini_and_qwen_refuse_their_sign_in_screens_and_other_agents_dialogs() -> None:
@@ -468,3 +488,16 @@ def test_demo_recogniser_keeps_its_behaviour() -> None:
     )
     assert "highlight" in refusal("demo", moved, "allow_once")
     assert plan("demo", moved, "deny_once").steps == (ESC,)
+
+
+def test_claude_auto_mode_offer_keeps_manual_mode_and_is_never_accepted() -> None:
+    """Measured on 2.1.332: "Yes" writes defaultMode "auto" (no more dialogs) for good."""
+    assert plan("claude", CLAUDE_AUTO_OFFER, "deny_once").steps == (DOWN, ENTER)
+    refused = refusal("claude", CLAUDE_AUTO_OFFER, "allow_once", "dialog_refused")
+    assert "settings for good" in refused
+    moved = CLAUDE_AUTO_OFFER.replace("❯ Yes, set", "  Yes, set").replace(
+        "    No, keep", "  ❯ No, keep"
+    )
+    assert plan("claude", moved, "deny_once").steps == (ENTER,)
+    refusal("claude", CLAUDE_AUTO_OFFER.replace("No, keep manual mode", "No"), "deny_once")
+    refusal("claude", CLAUDE_AUTO_OFFER + "\r\n\r\n  typed text", "deny_once")

@@ -154,3 +154,23 @@ def test_a_changed_aider_question_is_refused(old: str, new: str) -> None:
 
 def test_the_aider_screen_after_the_answer_is_refused() -> None:
     refused("aider", mark(*AIDER, "allowed"), "allow_once")
+
+
+def test_aider_allow_once_carries_the_output_question_and_deny_once_nothing() -> None:
+    """Measured on 0.86.2: a command that printed is followed by "Add command output to
+    the chat?"; allow_once answers it y Enter, never "Don't ask again" or a bare Enter."""
+    dialog = mark(*AIDER, "dialog")
+    allow = plan("aider", dialog, "allow_once")
+    assert plan("aider", dialog, "deny_once").follow_up is None
+    assert allow.follow_up is not None
+    asked = rewrite(dialog, "Run shell command?", "Add command output to the chat?")
+    screen = dialog_screen(terminal_with(asked, 120, 40))
+    assert allow.follow_up(screen, "allow_once").steps == (b"y\r",)
+    # The command question itself, something typed after it, another question: not it.
+    for other in (
+        dialog,
+        rewrite(asked, "[Yes]:", "[Yes]: y"),
+        rewrite(asked, "(D)on't ask again [Yes]:", "[Yes]:"),
+    ):
+        with pytest.raises(PanewardenError):
+            allow.follow_up(dialog_screen(terminal_with(other, 120, 40)), "allow_once")

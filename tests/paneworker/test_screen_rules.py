@@ -497,6 +497,10 @@ SYNTHETIC = [
     ("opencode", "prose_permission", ("idle", None)),
     ("opencode", "bypass_status", ("unknown", None)),
     ("claude", "tool_permission", ("blocked", "permission")),
+    # Claude Code 2.1.332's start-up offer, copied from a live pane
+    # (tests/realcli/test_real_startup_screens.py).
+    ("claude", "fullscreen_offer", ("blocked", "permission")),
+    ("claude", "auto_mode_offer", ("blocked", "permission")),
     ("claude", "idle_error_done", ("idle", None)),
     ("claude", "prose_permission", ("idle", None)),
     ("claude", "bypass_idle", ("idle", None)),

@@ -115,9 +115,18 @@ def test_a_trust_prompt_at_start_is_not_a_turn() -> None:
     m = running(prompted=False)
     feed(m, "blocked:permission")
     assert (m.state, m.turn) == ("blocked", 0)
+    m.note_cancel()  # declined: no turn was open, so none is cancelled
+    feed(m, "idle")
+    assert (m.state, m.turn) == ("idle", 0)
+
+
+def test_a_dialog_denied_in_a_turn_still_cancels_it() -> None:
+    m = running()
+    feed(m, "idle", "blocked:permission")
+    assert (m.state, m.turn) == ("blocked", 1)
     m.note_cancel()
     feed(m, "idle")
-    assert (m.state, m.turn) == ("cancelled", 0)
+    assert (m.state, m.turn) == ("cancelled", 1)
 
 
 @pytest.mark.parametrize("kind", ["question", "auth"])

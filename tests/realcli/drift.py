@@ -13,7 +13,10 @@ an operator upgrades. It
    ``PANEWARDEN_CLI_PREFIX`` pointing at that prefix and a JUnit report;
 4. prints one table: CLI, pinned and newest version, install, pass/fail per check, and
    what broke (the recogniser or the rules file and the rules of the state that was never
-   read, taken from the failure).
+   read, taken from the failure); then, per CLI, every screen of it that waits on a choice
+   (the ``blocked`` rules of its rules file, with their kind). A failure whose text shows
+   one of those screens names it first ("screen fullscreen_offer (permission) shown: …"),
+   so that a new start-up offer is told apart from a broken prompt.
 
 Usage::
 
@@ -248,7 +251,50 @@ def clis_of(testcase: str, names: Sequence[str], module: str = "") -> list[str]:
     return [name for name in names if name in words]
 
 
+def choice_screens(cli: str) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The screens of ``cli`` that wait on a choice: (rule id, kind, what shows it: its
+    literal texts, else its regex), from the ``blocked`` rules of its rules file."""
+    try:
+        data = json.loads((RULES_DIR / f"{cli}.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [
+        (
+            str(rule.get("id")),
+            str(rule.get("kind") or "permission"),
+            tuple(str(t) for t in [*rule.get("all", []), *rule.get("any", [])])
+            or ((str(rule["regex"]),) if rule.get("regex") else ()),
+        )
+        for rule in data.get("rules", [])
+        if rule.get("state") == "blocked"
+    ]
+
+
+def screen_shown(cli: str, text: str) -> str | None:
+    """The choice screen of ``cli`` a failure's text shows (its first literal is in it)."""
+    folded = text.casefold()
+    for rule_id, kind, shows in choice_screens(cli):
+        first = shows[0].casefold() if shows else ""
+        if first and (first in folded or _regex_hit(first, folded)):
+            return f"screen {rule_id} ({kind}) shown"
+    return None
+
+
+def _regex_hit(pattern: str, text: str) -> bool:
+    try:
+        return re.search(pattern, text, re.M) is not None
+    except re.error:
+        return False
+
+
 def cause(cli: str, text: str, label: str = "") -> str:
+    """What broke (see :func:`_cause`), after the choice screen on show, if any."""
+    found = _cause(cli, text, label)
+    shown = screen_shown(cli, text)
+    return f"{shown}: {found}" if shown else found
+
+
+def _cause(cli: str, text: str, label: str = "") -> str:
     """What broke, read from a failure's text: the recogniser, or a rules file and the
     rules of the state that was expected and never read, or the screen text waited for.
     An ACP pane reads no screen: its failures name the ACP room and the failure."""
@@ -353,6 +399,15 @@ def table(rows: Iterable[Row]) -> str:
     return "\n".join(lines)
 
 
+def screens_table(rows: Iterable[str]) -> str:
+    """One line per CLI: the screens of it that wait on a choice, by rule id and kind."""
+    lines = ["choice screens (blocked rules, paneworker/status/rules/<cli>.json):"]
+    for cli in rows:
+        named = [f"{rule_id} ({kind})" for rule_id, kind, _ in choice_screens(cli)]
+        lines.append(f"  {cli}: {', '.join(named) or 'none'}")
+    return "\n".join(lines)
+
+
 def under_tmp(path: Path) -> bool:
     """True for a path under ``/tmp``: a confined pane has a private ``/tmp`` (a tmpfs), so
     a CLI installed there is not found inside its sandbox and every confined test fails."""
@@ -407,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
             read_junit(junit, rows)
         print()
         print(table(rows.values()))
+        print()
+        print(screens_table(rows))
         if args.json:
             args.json.write_text(
                 json.dumps(
@@ -419,6 +476,10 @@ def main(argv: list[str] | None = None) -> int:
                             "checks": r.checks,
                             "broke": r.broke,
                             "passed": r.passed,
+                            "choice_screens": [
+                                {"rule": rule, "kind": kind}
+                                for rule, kind, _ in choice_screens(r.cli.name)
+                            ],
                         }
                         for r in rows.values()
                     ],

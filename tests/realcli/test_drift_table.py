@@ -148,3 +148,19 @@ def test_a_prefix_under_tmp_is_refused_since_confined_panes_cannot_see_it() -> N
     assert proc.returncode == 2, proc
     assert "confined panes do not see" in proc.stderr
     assert not Path("/tmp/drift-x").exists()
+
+
+def test_each_cli_names_its_choice_screens_and_a_failure_names_the_one_shown() -> None:
+    claude = [rule for rule, _kind, _ in drift.choice_screens("claude")]
+    assert {"folder_trust", "fullscreen_offer", "tool_permission"} <= set(claude)
+    aider = {rule: kind for rule, kind, _ in drift.choice_screens("aider")}
+    assert aider["run_shell_question"] == "permission"
+    assert aider["yes_no_question"] == "question"
+    printed = drift.screens_table(["claude", "aider", "generic"])
+    assert "claude: folder_trust (permission), fullscreen_offer (permission)" in printed
+    assert "generic: none" in printed
+    # Claude's start-up offer on screen when a test waited for idle: named first.
+    text = "claude never read idle: {...}\n  Try the new fullscreen renderer?\n  ❯ 1. Yes, try it"
+    found = drift.cause("claude", text)
+    assert found.startswith("screen fullscreen_offer (permission) shown: rules "), found
+    assert drift.cause("claude", "claude never read idle").startswith("rules ")

@@ -81,7 +81,7 @@ async def test_claude_trust_prompt_reads_blocked(cli_env: tuple[Tools, Path]) ->
     assert "Yes, I trust this folder" in text and "\x1b" not in text
     # Trusting a folder creates a rule: allow_once is refused and nothing is pressed.
     refused = await tools.error("answer_dialog", name="claude", answer="allow_once")
-    assert refused["code"] == "dialog_unrecognized"
+    assert refused["code"] == "dialog_refused"
     assert (await tools.call("get_status", name="claude"))["seq"] == status["seq"]
     # deny_once presses Esc: Claude Code declines to start in an untrusted folder.
     await tools.call("answer_dialog", name="claude", answer="deny_once")

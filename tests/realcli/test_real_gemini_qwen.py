@@ -180,7 +180,7 @@ async def test_gemini_folder_trust_reads_blocked_and_is_never_trusted(env: Env) 
     ), status
     await _never_idle(env, "gemini-trust")
     refused = await env.tools.error("answer_dialog", name="gemini-trust", answer="allow_once")
-    assert refused["code"] == "dialog_unrecognized" and "saved for good" in refused["message"]
+    assert refused["code"] == "dialog_refused" and "saved for good" in refused["message"]
     assert (await env.tools.call("get_status", name="gemini-trust"))["seq"] == status["seq"]
     # deny_once presses Esc: Gemini CLI exits ("A folder trust level must be selected").
     await env.tools.call("answer_dialog", name="gemini-trust", answer="deny_once")
@@ -220,7 +220,7 @@ async def test_qwen_folder_trust_reads_blocked_and_neither_answer_is_sent(env: E
     await _never_idle(env, "qwen-trust")
     for answer in ("allow_once", "deny_once"):
         refused = await env.tools.error("answer_dialog", name="qwen-trust", answer=answer)
-        assert refused["code"] == "dialog_unrecognized" and "saved for good" in refused["message"]
+        assert refused["code"] == "dialog_refused" and "saved for good" in refused["message"]
     assert (await env.tools.call("get_status", name="qwen-trust"))["seq"] == status["seq"]
     _no_trust_saved(env, "qwen-trust", "qwen")
     # Qwen ignores Ctrl-C at this prompt and SIGTERM: removal must still leave nothing.

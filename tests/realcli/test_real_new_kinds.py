@@ -286,3 +286,35 @@ async def test_twenty_starts_each_count_no_start_up_turn(env: Env, cli: str) -> 
 @pytest.mark.timeout(900)
 async def test_twenty_starts_of_kilo_count_no_start_up_turn(env: Env) -> None:
     await _twenty_starts(env, "kilo")
+
+
+@pytest.mark.timeout(180)
+async def test_aider_allowed_command_that_prints_ends_done_with_the_reply(env: Env) -> None:
+    """Aider asks "Add command output to the chat?" after a command that printed: the
+    ``allow_once`` that ran it answers that too, and the turn ends ``done``."""
+    need(PACKAGES["aider"])
+    idle = await _ready(env, "aider", "aider")
+    marker = env.work / "printed.marker"
+    sent = await env.tools.call(
+        "send_input",
+        name="aider",
+        text=f"RUN: echo ran >> {marker.name}; sleep 0.5; echo printed-by-it",
+    )
+    blocked = await env.tools.wait("aider", after=max(idle["seq"], sent["seq"]), until=["blocked"])
+    assert (blocked["state"], blocked["kind"]) == ("blocked", "permission"), blocked
+    shown = await env.tools.call(
+        "wait_output", name="aider", pattern="Run shell command?", timeout_s=10
+    )
+    assert shown["matched"]
+    await env.tools.call(
+        "answer_dialog", name="aider", answer="allow_once", expect_turn=blocked["turn"]
+    )
+    ended = await env.tools.wait("aider", after=blocked["seq"], until=SETTLED, timeout_s=60)
+    screen = (await env.tools.call("read_output", name="aider"))["text"]
+    assert (ended["state"], ended["turn"]) == ("done", blocked["turn"]), f"{ended}\n{screen}"
+    assert marker.read_text() == "ran\n", "the command did not run exactly once"
+    assert "Added 2 lines of output to the chat" in screen, screen
+    assert "Don't ask again" not in screen.splitlines()[-1]
+    # The pane takes the next prompt: nothing is left waiting.
+    await _say(env, "aider", "after the command", blocked["turn"] + 1)
+    await remove_and_check_nothing_left(env.tools, "aider", env.home)

@@ -8,6 +8,13 @@ does not and the turn ends. "Don't ask again" is never pressed, and Enter alone 
 means Yes) is never planned. Several commands at once ("Run shell commands?") were not
 measured and are refused.
 
+A command that prints anything is followed, in the same turn, by ``Add command output
+to the chat? (Y)es/(N)o/(D)on't ask again [Yes]:``. It is part of the same choice
+(docs/design.md §13): the plan for ``allow_once`` carries it as its follow-up, which the
+worker answers ``y`` Enter when it shows, so the output goes back to the model as every
+other kind's allowed tool result does, and the turn ends ``done``. ``deny_once`` runs
+nothing, so nothing follows it.
+
 Its ``--yes-always`` (and ``--yes``, any spelling starting so) answers every question
 with yes; ``AIDER_YES_ALWAYS`` in the environment does the same and is refused in a
 profile. An ``.aider.conf.yml`` in the working directory or HOME saying ``yes-always:
@@ -22,6 +29,7 @@ from protocol.agents.dialog_kit import ALLOW_ONCE, DialogPlan, DialogScreen, ref
 from protocol.agents.spec import AgentSpec, LaunchRules
 
 QUESTION = "Run shell command? (Y)es/(N)o/(D)on't ask again [Yes]:"
+OUTPUT_QUESTION = "Add command output to the chat? (Y)es/(N)o/(D)on't ask again [Yes]:"
 REFUSED_ENV = ("AIDER_YES_ALWAYS", "AIDER_YES")
 
 
@@ -46,8 +54,17 @@ def recognise(screen: DialogScreen, answer: str) -> DialogPlan:
     command = lines[rows[-2]].strip()
     if not command or command.endswith(":"):
         raise refuse("the Aider question shows no command above it")
-    keys = b"y\r" if answer == ALLOW_ONCE else b"n\r"
-    return DialogPlan((keys,), (command, last))
+    if answer == ALLOW_ONCE:
+        return DialogPlan((b"y\r",), (command, last), follow_up=output_question)
+    return DialogPlan((b"n\r",), (command, last))
+
+
+def output_question(screen: DialogScreen, answer: str) -> DialogPlan:
+    """The bare "Add command output to the chat?" question on the last non-empty row."""
+    rows = [line.rstrip() for line in screen.lines if line.strip()]
+    if not rows or rows[-1] != OUTPUT_QUESTION:
+        raise refuse("the screen's last line is not Aider's bare 'Add command output' question")
+    return DialogPlan((b"y\r" if answer == ALLOW_ONCE else b"n\r",), (OUTPUT_QUESTION,))
 
 
 SPEC = AgentSpec(
@@ -70,4 +87,5 @@ SPEC = AgentSpec(
     home_writable=(".aider/",),
     home_programs=(".aider.conf.yml", ".aider.model.settings.yml"),
     credentials=(".aider/oauth-keys.env",),
+    choice_interrupt=b"\x03",  # no cancel key of its choices was measured
 )

@@ -78,4 +78,5 @@ SPEC = AgentSpec(
     home_writable=(".codex/",),
     home_programs=(".codex/config.toml", ".codex/AGENTS.md", ".codex/prompts/"),
     credentials=(".codex/auth.json",),
+    choice_interrupt=b"\x1b",  # its dialogs' documented cancel key (measured)
 )

@@ -59,4 +59,5 @@ SPEC = AgentSpec(
     home_writable=(),
     home_programs=(),
     credentials=(),
+    choice_interrupt=b"\x1b",  # its dialogs' documented cancel key (measured)
 )

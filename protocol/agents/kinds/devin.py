@@ -71,4 +71,5 @@ SPEC = AgentSpec(
     home_writable=(".devin/", ".config/devin/", ".local/share/devin/"),
     home_programs=(".config/devin/config.json", ".config/devin/settings.json"),
     credentials=(".config/devin/credentials.json", ".local/share/devin/credentials.json"),
+    choice_interrupt=b"\x03",  # no cancel key of its choices was measured
 )

@@ -20,6 +20,7 @@ from protocol.agents.dialog_kit import (
     navigate,
     radio_options,
     refuse,
+    refuse_answer,
     unboxed,
 )
 from protocol.agents.spec import AgentSpec, LaunchRules
@@ -95,7 +96,7 @@ def _trust_prompt(
     if not shaped:
         raise refuse("the Gemini CLI folder-trust prompt does not show its three options")
     if answer == ALLOW_ONCE:
-        raise refuse("trusting a folder is saved for good and is never selected")
+        raise refuse_answer("trusting a folder is saved for good and is never selected")
     # Measured (0.61.0, live): Esc ends Gemini CLI ("A folder trust level must be selected
     # to continue. Exiting since escape was pressed.") and saves nothing. "3. Don't trust"
     # would be saved in trustedFolders.json: never pressed.
@@ -137,4 +138,5 @@ SPEC = AgentSpec(
         ".gemini/google_accounts.json",
         ".gemini/mcp-oauth-tokens.json",
     ),
+    choice_interrupt=b"\x1b",  # its dialogs' documented cancel key (measured)
 )

@@ -18,4 +18,5 @@ SPEC = AgentSpec(
     home_writable=(),
     home_programs=(),
     credentials=(),
+    choice_interrupt=b"\x03",  # no cancel key of its choices was measured
 )

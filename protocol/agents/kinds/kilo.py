@@ -163,4 +163,5 @@ SPEC = AgentSpec(
         ".config/kilo/command/",
     ),
     credentials=(".local/share/kilo/auth.json", ".local/share/kilo/mcp-auth.json"),
+    choice_interrupt=b"\x03",  # its Esc opens a reject panel, which cancels nothing
 )

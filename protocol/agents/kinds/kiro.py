@@ -105,4 +105,5 @@ SPEC = AgentSpec(
     home_writable=(".kiro/", ".local/share/kiro-cli/"),
     home_programs=(".kiro/settings/", ".kiro/agents/", ".kiro/hooks/"),
     credentials=(".local/share/kiro-cli/data.sqlite3",),
+    choice_interrupt=b"\x03",  # no cancel key of its choices was measured
 )

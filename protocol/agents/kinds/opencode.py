@@ -156,4 +156,5 @@ SPEC = AgentSpec(
         ".config/opencode/command/",
     ),
     credentials=(".local/share/opencode/auth.json", ".local/share/opencode/mcp-auth.json"),
+    choice_interrupt=b"\x1b",  # its dialogs' documented cancel key (measured)
 )

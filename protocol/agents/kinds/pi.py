@@ -42,4 +42,5 @@ SPEC = AgentSpec(
         # either exists (renamed to extensions/), and runs neither.
     ),
     credentials=(".pi/agent/auth.json",),
+    choice_interrupt=b"\x03",  # no cancel key of its choices was measured
 )

@@ -19,6 +19,7 @@ from protocol.agents.dialog_kit import (
     norm,
     radio_options,
     refuse,
+    refuse_answer,
     unboxed,
 )
 from protocol.agents.spec import AgentSpec, LaunchRules
@@ -50,7 +51,7 @@ def recognise(screen: DialogScreen, answer: str) -> DialogPlan:
     if any(unboxed(line) == _QWEN_TRUST_QUESTION for line in screen.lines):
         # Measured (0.24.4 with security.folderTrust.enabled): both "Trust folder" and
         # "Don't trust (esc)" are saved in trustedFolders.json.
-        raise refuse("every answer to Qwen Code's folder-trust prompt is saved for good")
+        raise refuse_answer("every answer to Qwen Code's folder-trust prompt is saved for good")
     questions = [row for row, text in enumerate(rows) if _QWEN_QUESTION.match(text)]
     if len(questions) != 1:
         raise refuse("no single Qwen Code shell-command confirmation is on screen")
@@ -101,4 +102,5 @@ SPEC = AgentSpec(
     home_writable=(".qwen/",),
     home_programs=(".qwen/settings.json", ".qwen/QWEN.md", ".qwen/extensions/", ".qwen/commands/"),
     credentials=(".qwen/oauth_creds.json",),
+    choice_interrupt=b"\x1b",  # its dialogs' documented cancel key (measured)
 )
