@@ -187,7 +187,7 @@ async def test_a_listed_port_below_1024_starts_and_the_program_holds_no_capabili
     host: Host,
 ) -> None:
     # 127.0.0.2:443 on the host (we run as root): the listed destination itself.
-    with EchoServer(("127.0.0.2", 443)) as echo:
+    with EchoServer(("127.0.0.2", 443)) as echo, EchoServer() as unlisted:
         host.profile(network=[f"127.0.0.2:{echo.port}"])
         async with Client(stdio_params(host.state, **host.env())) as client:
             tools = Tools(client)
@@ -196,6 +196,8 @@ async def test_a_listed_port_below_1024_starts_and_the_program_holds_no_capabili
                 "caps": ["caps", ""],
                 "uid": ["run", json.dumps(["id", "-u"])],
                 "userns": ["run", json.dumps(["unshare", "-U", "true"])],
+                # The network namespace the worker made is a new one: not the host's.
+                "loopback": ["tcp", f"127.0.0.1:{unlisted.port}"],
             }
             seen = await _probe(tools, host, checks)
             status = await tools.call("get_status", name="p")
@@ -209,6 +211,8 @@ async def test_a_listed_port_below_1024_starts_and_the_program_holds_no_capabili
     assert seen["uid"].startswith("ok:rc=0 65534"), seen
     assert seen["userns"].startswith("ok:rc=1 "), seen
     assert "No space left on device" in seen["userns"], seen  # max_user_namespaces = 0
+    assert seen["loopback"] == "ConnectionRefusedError:111", seen
+    assert unlisted.accepted == 0, "a connection from inside reached the host's loopback"
 
 
 async def test_network_host_is_an_explicit_choice_and_get_status_says_what_it_exposes(
