@@ -21,10 +21,13 @@ CGROUP_PREFIX = "panewarden-"
 class ProgramLimits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``processes``: the pane's processes and threads at once (a pids cgroup of its own,
     where the host lets the worker make one); ``memory_bytes``: each process's data
-    (``RLIMIT_DATA``)."""
+    (``RLIMIT_DATA``); ``own_network``: the worker's child makes the pane's network
+    namespace itself before it execs the sandbox (a root service's pane listing a port
+    below 1024: ``paneworker.procs.confined_child.enter_new_network``)."""
 
     processes: int = 0
     memory_bytes: int = 0
+    own_network: bool = False
 
 
 class PidsCgroup:

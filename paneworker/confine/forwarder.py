@@ -10,8 +10,10 @@ socket ``SOCK`` to the worker's egress proxy (header ``CONNECT HOST:PORT`` for a
 the proxy itself); the parent execs PROGRAM, which keeps the pane's PID, terminal and
 signal dispositions.
 
-A port below 1024 (``api.anthropic.com:443``) needs ``CAP_NET_BIND_SERVICE`` in the
-sandbox's network namespace: the sandbox gives the forwarder that and ``CAP_SETPCAP``
+A port below 1024 (``api.anthropic.com:443``) under a root service is unprivileged in
+the pane's network namespace (the worker made it so: ``confined_child``), so the
+forwarder binds it with no capability. Under a non-root service it needs
+``CAP_NET_BIND_SERVICE`` there: the sandbox gives the forwarder that and ``CAP_SETPCAP``
 only when one is listed, and after binding it drops every capability (bounding and
 ambient sets included) and sets ``no_new_privs``, and checks that it holds none, before
 it forks; the program never has one.

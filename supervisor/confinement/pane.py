@@ -72,7 +72,8 @@ INSIDE_EGRESS = f"{INSIDE_DIR}/egress.sock"
 UNREADABLE_NAME = "unreadable"
 # The forwarder, run by path inside (it is the worker's package; this one never imports it).
 FORWARDER_SCRIPT = str(Path(__file__).resolve().parents[2] / "paneworker/confine/forwarder.py")
-# Kept for the forwarder alone when it binds a port below 1024; it drops them all.
+# Kept for the forwarder alone when it binds a port below 1024 under a non-root service
+# (a root one's worker makes the port unprivileged instead); it drops them all.
 LOW_PORT_CAPS = ("CAP_NET_BIND_SERVICE", "CAP_SETPCAP")
 HOST_NETWORK_EXPOSES = (
     "the host's network namespace: every address the host reaches, the host's loopback "
@@ -249,6 +250,7 @@ class PaneConfiner:
         egress_socket = ""
         launcher: list[str] = []
         launcher_caps: tuple[str, ...] = ()
+        own_network = False
         extra_ro: list[tuple[str, str]] = []
         public = settings.network == "list" and settings.public
         if settings.network == "list":
@@ -263,7 +265,12 @@ class PaneConfiner:
                 sys.executable, FORWARDER_SCRIPT, egress, INSIDE_EGRESS, public=public
             )
             if needs_low_ports(egress):
-                launcher_caps = LOW_PORT_CAPS
+                # As root in the init user namespace the worker's child makes the network
+                # namespace, with every port unprivileged, and the sandbox keeps its full
+                # user isolation; a non-root service cannot, so its forwarder binds with
+                # a capability instead (design §13 item 51).
+                own_network = os.geteuid() == 0
+                launcher_caps = () if own_network else LOW_PORT_CAPS
             if public:
                 overrides.update(proxy_environment(egress))
         policy = SandboxPolicy(
@@ -281,6 +288,7 @@ class PaneConfiner:
             moved=grant.moved,
             launcher=tuple(launcher),
             launcher_caps=launcher_caps,
+            network_made=own_network,
             private_files=tuple(private_files),
             isolate_user=self.support.isolate_user,
             tmp_bytes=limits.tmp_bytes,
@@ -288,7 +296,9 @@ class PaneConfiner:
             runtime_dirs=_runtime_dirs(),
         )
         sandbox_argv = bwrap_argv(bwrap, policy, list(argv))
-        bounds = ProgramLimits(processes=limits.processes, memory_bytes=limits.memory_bytes)
+        bounds = ProgramLimits(
+            processes=limits.processes, memory_bytes=limits.memory_bytes, own_network=own_network
+        )
         return PaneSandbox(
             sandbox_argv,
             overrides,

@@ -106,6 +106,9 @@ class SandboxPolicy:
     # Capabilities the sandbox keeps for the launcher, which drops them all before it
     # runs the program (the forwarder binding a port below 1024).
     launcher_caps: tuple[str, ...] = ()
+    # The worker's child has made the network namespace already (a root service's pane
+    # listing a port below 1024): bwrap shares it instead of making one.
+    network_made: bool = False
     # (host file, path inside): a private copy bound read-write over a file, after the
     # read-only re-binds (an agent kind's settings inside its writable HOME directory:
     # the program writes its copy, the host's file never changes).
@@ -185,10 +188,11 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
 
     Paths are resolved first; of the ``visible`` ones only the outermost are bound."""
     args = [bwrap, "--die-with-parent", "--cap-drop", "ALL"]
-    # A forwarder that must bind a port below 1024 holds CAP_NET_BIND_SERVICE over the
-    # network namespace only without a nested user namespace: --disable-userns and a
-    # root service's --uid both put the program one user namespace below the one that
-    # owns it (design §13: the weaker user isolation of such a pane).
+    # A forwarder that must bind a port below 1024 with CAP_NET_BIND_SERVICE (a non-root
+    # service's pane; a root one's has network_made instead) holds it over the network
+    # namespace only without a nested user namespace: --disable-userns and a root
+    # service's --uid both put the program one user namespace below the one that owns
+    # it (design §13: the weaker user isolation of such a pane).
     args += user_args(policy.isolate_user and not policy.launcher_caps, os.geteuid())
     for cap in policy.launcher_caps:
         args += ["--cap-add", cap]
@@ -198,7 +202,7 @@ def bwrap_argv(bwrap: str, policy: SandboxPolicy, argv: Sequence[str]) -> list[s
         "--unshare-uts",
         "--unshare-cgroup-try",
     ]
-    if policy.network != "host":
+    if policy.network != "host" and not policy.network_made:
         args.append("--unshare-net")
     if policy.new_session:
         args.append("--new-session")

@@ -7,7 +7,8 @@ Checks: ``tcp HOST:PORT`` (send ``ping``, what comes back), ``abstract NAME`` (c
 to the abstract Unix socket ``@NAME``), ``proxy HOST:PORT`` (an HTTP ``CONNECT`` through
 ``$HTTPS_PROXY``: its status line, then ``ping`` echoed through it when it is 200),
 ``get URL`` (an absolute-URI request through ``$HTTP_PROXY``: the status line and the
-body), ``env NAME`` and ``caps`` (the capability sets and ``NoNewPrivs``).
+body), ``env NAME``, ``caps`` (the capability sets and ``NoNewPrivs``) and ``run ARGV``
+(a JSON argv: ``rc=N``, then its stdout and stderr).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import Callable
 from urllib.parse import urlsplit
@@ -87,6 +89,13 @@ def _caps(_arg: str) -> object:
     return " ".join(f"{name}{value}" for name, value in lines)
 
 
+def _run(argv_json: str) -> object:
+    done = subprocess.run(
+        json.loads(argv_json), capture_output=True, text=True, timeout=TIMEOUT_S, check=False
+    )
+    return f"rc={done.returncode} {done.stdout.strip()} {done.stderr.strip()}"
+
+
 def _read_head(sock: socket.socket) -> bytes:
     data = b""
     while b"\r\n\r\n" not in data and len(data) < 65536:
@@ -111,6 +120,7 @@ ACTIONS: dict[str, Callable[[str], object]] = {
     "get": _get,
     "env": _env,
     "caps": _caps,
+    "run": _run,
 }
 
 

@@ -3,7 +3,8 @@ default (``network`` unset: ``["public"]``) reaches nothing of the host (its loo
 services, its abstract Unix sockets) and, through the HTTP proxy ``HTTPS_PROXY`` names,
 no loopback, private, link-local or CGNAT address, nor a name that resolves to one; a
 listed loopback destination is reached directly and through the proxy; a listed port
-below 1024 starts and is reached, and the program holds no capability; ``"host"`` says
+below 1024 starts and is reached, and the program holds no capability and keeps the full
+user isolation (nobody inside, no nested user namespace); ``"host"`` says
 what it exposes.
 
 No traffic is ever sent to a non-loopback address: the proxy refuses those before it
@@ -186,11 +187,18 @@ async def test_a_listed_port_below_1024_starts_and_the_program_holds_no_capabili
     host: Host,
 ) -> None:
     # 127.0.0.2:443 on the host (we run as root): the listed destination itself.
-    with EchoServer(("127.0.0.2", 443)) as echo:
+    with EchoServer(("127.0.0.2", 443)) as echo, EchoServer() as unlisted:
         host.profile(network=[f"127.0.0.2:{echo.port}"])
         async with Client(stdio_params(host.state, **host.env())) as client:
             tools = Tools(client)
-            checks = {"https": ["tcp", "127.0.0.2:443"], "caps": ["caps", ""]}
+            checks = {
+                "https": ["tcp", "127.0.0.2:443"],
+                "caps": ["caps", ""],
+                "uid": ["run", json.dumps(["id", "-u"])],
+                "userns": ["run", json.dumps(["unshare", "-U", "true"])],
+                # The network namespace the worker made is a new one: not the host's.
+                "loopback": ["tcp", f"127.0.0.1:{unlisted.port}"],
+            }
             seen = await _probe(tools, host, checks)
             status = await tools.call("get_status", name="p")
             await tools.call("remove_pane", name="p")
@@ -199,6 +207,12 @@ async def test_a_listed_port_below_1024_starts_and_the_program_holds_no_capabili
     zero = "0000000000000000"
     want = f"CapInh:{zero} CapPrm:{zero} CapEff:{zero} CapBnd:{zero} CapAmb:{zero} NoNewPrivs:1"
     assert seen["caps"] == f"ok:{want}", seen
+    # The user isolation every other confined pane has (design §13 item 51).
+    assert seen["uid"].startswith("ok:rc=0 65534"), seen
+    assert seen["userns"].startswith("ok:rc=1 "), seen
+    assert "No space left on device" in seen["userns"], seen  # max_user_namespaces = 0
+    assert seen["loopback"] == "ConnectionRefusedError:111", seen
+    assert unlisted.accepted == 0, "a connection from inside reached the host's loopback"
 
 
 async def test_network_host_is_an_explicit_choice_and_get_status_says_what_it_exposes(
