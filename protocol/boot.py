@@ -66,6 +66,9 @@ class PaneLaunch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     protocol: PaneProtocol = "terminal"
     # A confined pane's bounds, applied by the worker before the sandbox's exec.
     limits: ProgramLimits = msgspec.field(default_factory=ProgramLimits)
+    # The stand-in of hidden files in the sandbox's argv: the worker drops the stand-ins
+    # of paths gone since the argv was built (protocol.sandbox_argv).
+    stand_in: str = ""
 
 
 class BootRecord(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -41,6 +41,7 @@ from protocol import PROTOCOL_VERSION
 from protocol.boot import BootRecord
 from protocol.limits import PidsCgroup
 from protocol.messages import Descendants, Exited, Heartbeat, Hello
+from protocol.sandbox_argv import drop_vanished_hides
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +109,14 @@ class PaneWorker:
         try:
             # The proxy's socket must exist before the sandbox binds it in.
             self.egress = start_egress(boot.launch)
+            argv = (
+                drop_vanished_hides(boot.launch.argv, boot.launch.stand_in)
+                if boot.launch.confined
+                else boot.launch.argv
+            )
             if acp:
                 self.pipes = PipeProgram(
-                    boot.launch.argv,
+                    argv,
                     boot.launch.cwd,
                     boot.launch.env,
                     setup=child_setup(boot.launch.limits, self.cgroup)
@@ -119,7 +125,7 @@ class PaneWorker:
                 )
             else:
                 self.program = Program(
-                    boot.launch.argv,
+                    argv,
                     boot.launch.cwd,
                     boot.launch.env,
                     boot.launch.cols,

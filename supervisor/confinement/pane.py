@@ -115,6 +115,8 @@ class PaneSandbox:
     read_only: tuple[str, ...] = ()
     # What its worker applies before the sandbox's exec (paneworker.procs.confined_child).
     limits: ProgramLimits = field(default_factory=ProgramLimits)
+    # The stand-in file hidden files are replaced by (protocol.sandbox_argv).
+    stand_in: str = ""
 
 
 def network_exposes(settings: ConfineSettings) -> str:
@@ -306,6 +308,7 @@ class PaneConfiner:
             egress,
             egress_socket,
             limits=bounds,
+            stand_in=unreadable,
             egress_public=public,
             writable=tuple(real_paths(policy.writable)),
             read_only=tuple(real_paths(policy.read_only)),

@@ -167,6 +167,7 @@ class PaneLifecycle:
                     egress=[] if sandbox is None else sandbox.egress,
                     egress_socket="" if sandbox is None else sandbox.egress_socket,
                     limits=ProgramLimits() if sandbox is None else sandbox.limits,
+                    stand_in="" if sandbox is None else sandbox.stand_in,
                     egress_public=sandbox is not None and sandbox.egress_public,
                     protocol="acp" if spec.protocol == "acp" else "terminal",
                 )

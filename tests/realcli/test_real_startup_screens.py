@@ -23,7 +23,7 @@ from mcp import Client
 
 from tests.conftest import Tools, stdio_params
 from tests.polling import apoll
-from tests.realcli import cli_path, need, procs_of, remove_and_check_nothing_left
+from tests.realcli import cli_path, model_network, need, procs_of, remove_and_check_nothing_left
 from tests.tools.fake_model import FakeModel, cli_env, write_cli_configs
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
@@ -69,6 +69,8 @@ async def claude_env(
         "cwds": [str(work)],
         "env": env,
         "confine": True,
+        # The default network (["public"]) with the loopback fake model listed.
+        "network": model_network(fake_model.port),
     }
     pfile = tmp_path / "profiles.json"
     pfile.write_text(json.dumps({"profiles": [profile]}))
