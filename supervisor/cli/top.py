@@ -51,6 +51,10 @@ def _print_once(rows: list[dict[str, Any]], as_json: bool) -> None:
     Console().print(view.render())
 
 
+# How long `q` waits for the feeds to close before the screen ends anyway.
+QUIT_WAIT_S = 2.0
+
+
 @contextlib.contextmanager
 def _cbreak(fd: int) -> Iterator[None]:
     """Keys arrive one by one, unechoed, while the screen runs; restored after."""
@@ -106,7 +110,14 @@ async def _live(targets: list[Target]) -> int:
             loop.remove_reader(fd)
             for feed in feeds:
                 feed.cancel()
-            await asyncio.gather(*feeds, return_exceptions=True)
+            # A quit never waits on a remote service: a feed whose teardown hangs on a
+            # service that stopped answering is left behind after a bound.
+            stuck = (await asyncio.wait(feeds, timeout=QUIT_WAIT_S))[1] if feeds else set()
+    if stuck:
+        # asyncio.run would wait on them again while it closes the loop: the screen is
+        # restored already, so end here.
+        sys.stdout.flush()
+        os._exit(EXIT_OK)
     return EXIT_OK
 
 
